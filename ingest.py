@@ -1,0 +1,721 @@
+"""Turn PDFs into searchable ChromaDB collections, then label their pages.
+
+The pipeline, in the order this file defines it:
+
+    file -> check (size, %PDF-, opens, not encrypted, has pages)
+         -> SHA-256 -> collection "pdf_rag_<16 hex>"       (same bytes = cache hit)
+         -> per page: text layer, or OCR when the page is an image (word boxes kept)
+         -> chunk_page(): sentence-aware, overlapping, page-anchored character spans
+         -> embed the raw chunk text -> add to the collection    (in page batches)
+         -> mark the collection complete                          (written last)
+         -> enrich_document(): LLM title + keywords per page      (after; resumable)
+
+Crash safety: a collection is created with status "ingesting" and only gets
+status "complete" (with its counts) as the very last write. Anything that finds
+a collection in another state treats it as garbage: the next ingest of that
+file deletes and rebuilds it, and readers skip it. A per-file lock stops two
+processes on one machine from building the same collection at once.
+
+Everything a page knows travels on its chunks' metadata (doc, page, offsets,
+text source, page length, OCR line boxes, title, keywords), so one collection
+per PDF is the whole record; the collection's own metadata holds the document
+facts (name, hash, embedder, counts, which pages were OCR'd or empty).
+
+Deliberately simple: a crashed ingest restarts from page 1 rather than resuming
+mid-file (embedding is the cheap part; enrichment, the slow part, does resume),
+and the per-file lock is a local file lock, which does not span machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import hashlib
+import json
+import logging
+import re
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable, Iterator
+
+import chromadb
+import pymupdf
+from langchain_core.embeddings import Embeddings
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+
+import config
+import models
+import prompts
+
+log = logging.getLogger(__name__)
+
+ProgressCallback = Callable[[int, int, str], None]
+
+
+def _no_progress(current: int, total: int, message: str) -> None:
+    pass
+
+
+# -----------------------------------------------------------------------------
+# Errors a person can act on
+
+
+class IngestError(Exception):
+    """A PDF could not be ingested; ``str(err)`` says why in plain words."""
+
+
+class FileTooLargeError(IngestError):
+    pass
+
+
+class NotAPDFError(IngestError):
+    pass
+
+
+class CorruptPDFError(IngestError):
+    pass
+
+
+class EncryptedPDFError(IngestError):
+    pass
+
+
+class EmptyPDFError(IngestError):
+    pass
+
+
+class NoTextError(IngestError):
+    pass
+
+
+class EmbedderMismatchError(IngestError):
+    pass
+
+
+# -----------------------------------------------------------------------------
+# Fingerprints and names
+
+
+def file_sha256(path: Path) -> str:
+    """Hex SHA-256 of a file's bytes: the document's identity, whatever its name."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def collection_name_for(sha256: str) -> str:
+    """collection_name_for("9f86d081884c7d65...") -> "pdf_rag_9f86d081884c7d65" """
+    return f"{config.COLLECTION_PREFIX}{sha256[:16]}"
+
+
+# -----------------------------------------------------------------------------
+# Opening a PDF safely
+
+
+def open_pdf(path: Path) -> pymupdf.Document:
+    """Open ``path`` as a PDF or raise the IngestError that says what is wrong with it."""
+    path = Path(path)
+    size_mb = path.stat().st_size / 2**20
+    if size_mb > config.MAX_FILE_MB:
+        raise FileTooLargeError(
+            f"{path.name} is {size_mb:.0f} MB; the limit is {config.MAX_FILE_MB} MB (setting MAX_FILE_MB)."
+        )
+    with open(path, "rb") as f:
+        head = f.read(1024)
+    if b"%PDF-" not in head:
+        raise NotAPDFError(f"{path.name} is not a PDF file (it does not start like one).")
+    try:
+        doc = pymupdf.open(path, filetype="pdf")
+    except Exception as err:  # PyMuPDF raises several types for broken files
+        raise CorruptPDFError(f"{path.name} is damaged and cannot be read ({err}).") from err
+    if doc.needs_pass:
+        doc.close()
+        raise EncryptedPDFError(f"{path.name} is password-protected. Remove the password and upload it again.")
+    if doc.page_count == 0:
+        doc.close()
+        raise EmptyPDFError(f"{path.name} has no pages.")
+    if doc.page_count > config.MAX_PAGES:
+        pages = doc.page_count
+        doc.close()
+        raise FileTooLargeError(f"{path.name} has {pages} pages; the limit is {config.MAX_PAGES} (setting MAX_PAGES).")
+    return doc
+
+
+# -----------------------------------------------------------------------------
+# Page text, with OCR for pages that are pictures
+
+
+@dataclass
+class Page:
+    number: int  # 1-based, as people count pages
+    text: str
+    source: str  # "text" | "ocr" | "empty"
+    ocr_lines: list[tuple[int, int, tuple[float, float, float, float]]] = field(default_factory=list)
+    # ^ (start, end) of each OCR'd line within ``text`` and its box in PDF points
+
+
+class OcrEngine:
+    """One OCR route: ``read(page) -> [(line text, (x0, y0, x1, y1) in PDF points)]``."""
+
+    def __init__(self, name: str, read: Callable[[pymupdf.Page], list[tuple[str, tuple]]]):
+        self.name = name
+        self.read = read
+
+
+def _render_for_ocr(page: pymupdf.Page) -> tuple[pymupdf.Pixmap, float]:
+    """Render a page no larger than OCR_MAX_PIXELS on its long side (huge pages garble OCR)."""
+    long_side = max(page.rect.width, page.rect.height) or 1
+    dpi = min(config.OCR_MAX_DPI, 72 * config.OCR_MAX_PIXELS / long_side)
+    return page.get_pixmap(dpi=int(dpi)), 72 / int(dpi)
+
+
+def _rapidocr_engine() -> OcrEngine:
+    import numpy as np
+    from rapidocr import RapidOCR
+
+    engine = RapidOCR(params={"Global.use_cls": False, "Global.log_level": "warning"})
+
+    def read(page: pymupdf.Page) -> list[tuple[str, tuple]]:
+        pix, scale = _render_for_ocr(page)
+        rgb = np.frombuffer(pix.samples, np.uint8).reshape(pix.h, pix.w, pix.n)[:, :, :3]
+        result = engine(np.ascontiguousarray(rgb[:, :, ::-1]))  # RapidOCR wants BGR
+        if result.boxes is None:
+            return []
+        return [
+            (text, (b[:, 0].min() * scale, b[:, 1].min() * scale, b[:, 0].max() * scale, b[:, 1].max() * scale))
+            for b, text in zip(result.boxes, result.txts)
+        ]
+
+    return OcrEngine("rapidocr", read)
+
+
+def _tesseract_engine() -> OcrEngine:
+    tessdata = pymupdf.get_tessdata()  # raises when Tesseract's language data is not installed
+
+    def read(page: pymupdf.Page) -> list[tuple[str, tuple]]:
+        long_side = max(page.rect.width, page.rect.height) or 1
+        dpi = int(min(config.OCR_MAX_DPI, 72 * config.OCR_MAX_PIXELS / long_side))
+        textpage = page.get_textpage_ocr(dpi=dpi, full=True, tessdata=tessdata)
+        lines = []
+        for block in page.get_text("dict", textpage=textpage)["blocks"]:
+            for line in block.get("lines", []):
+                text = "".join(span["text"] for span in line["spans"]).strip()
+                if text:
+                    lines.append((text, tuple(line["bbox"])))
+        return lines
+
+    return OcrEngine("tesseract", read)
+
+
+@lru_cache(maxsize=None)
+def ocr_engine(choice: str | None = None) -> OcrEngine | None:
+    """The OCR engine from setting OCR_ENGINE (auto tries rapidocr, then tesseract), or None."""
+    choice = choice or config.OCR_ENGINE
+    builders = {"rapidocr": _rapidocr_engine, "tesseract": _tesseract_engine}
+    order = {"auto": ["rapidocr", "tesseract"], "none": []}.get(choice, [choice])
+    for name in order:
+        try:
+            engine = builders[name]()
+            log.info("OCR engine: %s", name)
+            return engine
+        except Exception as err:  # an engine that cannot start is simply not available
+            log.warning("OCR engine %s unavailable: %s", name, err)
+    return None
+
+
+def page_has_images(page: pymupdf.Page) -> bool:
+    return bool(page.get_images(full=False))
+
+
+def extract_page(page: pymupdf.Page, ocr: OcrEngine | None) -> Page:
+    """The text of one page: its text layer, else OCR of its picture, else empty."""
+    number = page.number + 1
+    text = page.get_text("text").strip()
+    if len(text) >= config.MIN_TEXT_CHARS or not page_has_images(page):
+        return Page(number, text, "text" if text else "empty")
+    if ocr is None:
+        return Page(number, text, "text" if text else "empty")
+    lines, offsets, pos = [], [], 0
+    for line_text, box in ocr.read(page):
+        lines.append(line_text)
+        offsets.append((pos, pos + len(line_text), tuple(round(float(v), 1) for v in box)))
+        pos += len(line_text) + 1
+    ocr_text = "\n".join(lines)
+    if len(ocr_text.strip()) <= len(text):
+        return Page(number, text, "text" if text else "empty")
+    return Page(number, ocr_text, "ocr", offsets)
+
+
+# -----------------------------------------------------------------------------
+# Chunking: the one place the chunking policy lives
+
+_SENTENCE_END = re.compile(r"(?<=[.!?;:])[\"')\]]*\s+|\n\s*")
+
+
+def sentence_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each sentence or line of ``text``, whitespace trimmed.
+
+    sentence_spans("One. Two!\\nThree") -> [(0, 4), (5, 9), (10, 15)]
+    """
+    spans, start = [], 0
+    for match in _SENTENCE_END.finditer(text):
+        if match.start() > start:
+            spans.append((start, match.start()))
+        start = match.end()
+    if start < len(text):
+        spans.append((start, len(text)))
+    return [(s, e) for s, e in spans if text[s:e].strip()]
+
+
+def _split_long(text: str, start: int, end: int, size: int) -> list[tuple[int, int]]:
+    """Cut one over-long sentence at whitespace into pieces of at most ``size`` chars."""
+    pieces = []
+    while end - start > size:
+        cut = text.rfind(" ", start + size // 2, start + size)
+        cut = cut if cut > start else start + size
+        pieces.append((start, cut))
+        start = cut + 1 if text[cut : cut + 1] == " " else cut
+    pieces.append((start, end))
+    return pieces
+
+
+def chunk_page(text: str, size: int | None = None, overlap: int | None = None) -> list[tuple[int, int]]:
+    """Character spans of ``text`` that pack whole sentences into chunks of about ``size``.
+
+    Consecutive chunks share whole sentences worth up to ``overlap`` chars, so a
+    fact split across a boundary is still whole in one chunk. Offsets index the
+    page text exactly: ``text[start:end]`` is the chunk.
+    chunk_page("A a. B b. C c.", size=9, overlap=4) -> [(0, 9), (5, 14)]
+    """
+    size = size or config.CHUNK_SIZE
+    overlap = config.CHUNK_OVERLAP if overlap is None else overlap
+    units: list[tuple[int, int]] = []
+    for s, e in sentence_spans(text):
+        units.extend(_split_long(text, s, e, size))
+    chunks, i = [], 0
+    while i < len(units):
+        j = i
+        while j + 1 < len(units) and units[j + 1][1] - units[i][0] <= size:
+            j += 1
+        chunks.append((units[i][0], units[j][1]))
+        if j + 1 >= len(units):
+            break
+        # next chunk starts at the earliest sentence that still fits in the overlap
+        nxt = j + 1
+        while nxt - 1 > i and units[j][1] - units[nxt - 1][0] <= overlap:
+            nxt -= 1
+        i = nxt
+    return chunks
+
+
+# -----------------------------------------------------------------------------
+# The store
+
+
+def get_client(path: str | None = None) -> chromadb.ClientAPI:
+    """The ChromaDB client for the persistent store on disk."""
+    return chromadb.PersistentClient(path=path or config.CHROMA_PERSIST_DIR)
+
+
+def _collection_or_none(client: chromadb.ClientAPI, name: str):
+    try:
+        return client.get_collection(name, embedding_function=None)
+    except Exception:  # chromadb raises NotFoundError / ValueError depending on version
+        return None
+
+
+def is_complete(collection) -> bool:
+    return (collection.metadata or {}).get("status") == "complete"
+
+
+def list_documents(client: chromadb.ClientAPI, include_incomplete: bool = False) -> list[dict]:
+    """One dict per document collection: its metadata plus ``collection``."""
+    docs = []
+    for col in client.list_collections():
+        if not col.name.startswith(config.COLLECTION_PREFIX):
+            continue
+        meta = dict(col.metadata or {})
+        if include_incomplete or meta.get("status") == "complete":
+            docs.append({"collection": col.name, **meta})
+    return sorted(docs, key=lambda d: d.get("doc_name", ""))
+
+
+def delete_document(client: chromadb.ClientAPI, collection_name: str) -> None:
+    client.delete_collection(collection_name)
+    log.info("Deleted %s", collection_name)
+
+
+def open_collection(client: chromadb.ClientAPI, collection_name: str, embedder: Embeddings):
+    """A complete collection, checked to have been made by ``embedder``."""
+    col = _collection_or_none(client, collection_name)
+    if col is None or not is_complete(col):
+        raise IngestError(f"Document {collection_name} is not in the store (or its ingest did not finish).")
+    made_by, current = col.metadata.get("embedder"), models.embedder_name(embedder)
+    if made_by != current:
+        raise EmbedderMismatchError(
+            f"'{col.metadata.get('doc_name')}' was indexed with the embedder '{made_by}', but the app now uses "
+            f"'{current}'. Ingest the PDF again to re-embed it, or switch EMBED_BACKEND back."
+        )
+    return col
+
+
+@contextmanager
+def _file_lock(sha256: str) -> Iterator[None]:
+    """Hold an exclusive lock for one document while it is built (waits for a concurrent builder)."""
+    lock_dir = Path(config.CHROMA_PERSIST_DIR) / "locks"
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    with open(lock_dir / f"{sha256[:16]}.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+# -----------------------------------------------------------------------------
+# Ingest
+
+
+@dataclass
+class IngestResult:
+    doc_name: str
+    sha256: str
+    collection: str
+    pages: int
+    chunks: int
+    ocr_pages: int
+    empty_pages: int
+    seconds: float
+    cached: bool = False
+    stage_seconds: dict = field(default_factory=dict)
+
+
+def _result_from_metadata(meta: dict, seconds: float) -> IngestResult:
+    return IngestResult(
+        doc_name=meta["doc_name"],
+        sha256=meta["sha256"],
+        collection=collection_name_for(meta["sha256"]),
+        pages=meta["pages"],
+        chunks=meta["chunks"],
+        ocr_pages=meta["ocr_pages"],
+        empty_pages=meta["empty_pages"],
+        seconds=seconds,
+        cached=True,
+    )
+
+
+def chunk_records(page: Page, sha256: str, doc_name: str) -> list[tuple[str, str, dict]]:
+    """(id, text, metadata) for each chunk of one page."""
+    records = []
+    for index, (start, end) in enumerate(chunk_page(page.text)):
+        meta = {
+            "doc_name": doc_name,
+            "sha256": sha256,
+            "page": page.number,
+            "chunk_index": index,
+            "start": start,
+            "end": end,
+            "text_source": page.source,
+            "page_chars": len(page.text),
+            "title": "",
+            "keywords": "",
+            "enriched": False,
+        }
+        boxes = [list(box) for s, e, box in page.ocr_lines if s < end and e > start]
+        if boxes:
+            meta["ocr_boxes"] = json.dumps(boxes)
+        records.append((f"{sha256[:16]}-p{page.number}-c{index}", page.text[start:end], meta))
+    return records
+
+
+def ingest_pdf(
+    path: Path,
+    client: chromadb.ClientAPI | None = None,
+    embedder: Embeddings | None = None,
+    progress: ProgressCallback | None = None,
+    doc_name: str | None = None,
+) -> IngestResult:
+    """Make ``path`` searchable and return what was stored; a cache hit when the bytes were seen.
+
+    Raises an IngestError subclass, with a plain-language message, for bad input;
+    the store is then exactly as it was before the call.
+    """
+    t0 = time.perf_counter()
+    path = Path(path)
+    progress = progress or _no_progress
+    client = client or get_client()
+    embedder = embedder or models.get_embeddings()
+    doc_name = doc_name or path.name
+    doc = open_pdf(path)
+    try:
+        sha256 = file_sha256(path)
+        name = collection_name_for(sha256)
+        with _file_lock(sha256):
+            existing = _collection_or_none(client, name)
+            if existing is not None and is_complete(existing):
+                if existing.metadata.get("embedder") == models.embedder_name(embedder):
+                    log.info("%s is already ingested as %s", doc_name, name)
+                    progress(1, 1, "Already in the library")
+                    return _result_from_metadata(existing.metadata, time.perf_counter() - t0)
+                log.warning("%s was embedded with %s; re-embedding", name, existing.metadata.get("embedder"))
+            if existing is not None:
+                log.warning("Removing unfinished or outdated collection %s before rebuilding", name)
+                client.delete_collection(name)
+            return _build_collection(doc, client, embedder, name, sha256, doc_name, progress, t0)
+    finally:
+        doc.close()
+
+
+def _build_collection(doc, client, embedder, name, sha256, doc_name, progress, t0) -> IngestResult:
+    meta = {
+        "doc_name": doc_name,
+        "sha256": sha256,
+        "embedder": models.embedder_name(embedder),
+        "status": "ingesting",
+        "pages": doc.page_count,
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+    collection = client.create_collection(
+        name, metadata=meta, configuration={"hnsw": {"space": "cosine"}}, embedding_function=None
+    )
+    try:
+        stats = _write_pages(doc, collection, embedder, sha256, doc_name, progress)
+        if stats["chunks"] == 0:
+            why = "no OCR engine is available" if ocr_engine() is None else "OCR found no text either"
+            raise NoTextError(f"{doc_name} contains no readable text ({why}).")
+        sources = stats.pop("sources")
+        meta.update(
+            status="complete",
+            chunks=stats["chunks"],
+            ocr_pages=sources.count("O"),
+            empty_pages=sources.count("E"),
+            page_sources=sources,  # one letter per page: T text layer, O OCR, E empty
+            enriched_pages=0,
+            ingest_seconds=round(time.perf_counter() - t0, 2),
+        )
+        collection.modify(metadata=meta)  # the completion marker: always the last write
+    except BaseException:
+        client.delete_collection(name)
+        raise
+    log.info("Ingested %s: %d pages, %d chunks in %.1fs", doc_name, doc.page_count, stats["chunks"], meta["ingest_seconds"])
+    return IngestResult(
+        doc_name=doc_name,
+        sha256=sha256,
+        collection=name,
+        pages=doc.page_count,
+        chunks=stats["chunks"],
+        ocr_pages=meta["ocr_pages"],
+        empty_pages=meta["empty_pages"],
+        seconds=time.perf_counter() - t0,
+        stage_seconds=stats["stage_seconds"],
+    )
+
+
+def _write_pages(doc, collection, embedder, sha256, doc_name, progress) -> dict:
+    """Extract, chunk, embed and store ``doc`` in page batches so memory stays bounded."""
+    total = doc.page_count
+    seconds = {"extract": 0.0, "ocr": 0.0, "chunk": 0.0, "embed": 0.0, "store": 0.0}
+    sources, chunks = [], 0
+    ocr = None
+    for first in range(0, total, config.PAGE_BATCH_SIZE):
+        pages = []
+        for number in range(first, min(first + config.PAGE_BATCH_SIZE, total)):
+            t = time.perf_counter()
+            try:
+                page = doc.load_page(number)
+                needs_ocr = len(page.get_text("text").strip()) < config.MIN_TEXT_CHARS and page_has_images(page)
+                if needs_ocr and ocr is None:
+                    ocr = ocr_engine()
+                pages.append(extract_page(page, ocr if needs_ocr else None))
+            except IngestError:
+                raise
+            except Exception as err:
+                raise CorruptPDFError(f"{doc_name}: page {number + 1} cannot be read ({err}).") from err
+            stage = "ocr" if pages[-1].source == "ocr" else "extract"
+            seconds[stage] += time.perf_counter() - t
+            sources.append({"text": "T", "ocr": "O", "empty": "E"}[pages[-1].source])
+            progress(number + 1, total, f"Reading page {number + 1} of {total}" + (" (OCR)" if stage == "ocr" else ""))
+        t = time.perf_counter()
+        records = [r for page in pages for r in chunk_records(page, sha256, doc_name)]
+        seconds["chunk"] += time.perf_counter() - t
+        if not records:
+            continue
+        t = time.perf_counter()
+        vectors = embedder.embed_documents([text for _, text, _ in records])
+        seconds["embed"] += time.perf_counter() - t
+        t = time.perf_counter()
+        collection.add(
+            ids=[r[0] for r in records],
+            documents=[r[1] for r in records],
+            metadatas=[r[2] for r in records],
+            embeddings=vectors,
+        )
+        seconds["store"] += time.perf_counter() - t
+        chunks += len(records)
+        progress(pages[-1].number, total, f"Indexed {chunks} passages from {pages[-1].number} of {total} pages")
+    return {"chunks": chunks, "sources": "".join(sources), "stage_seconds": seconds}
+
+
+# -----------------------------------------------------------------------------
+# Enrichment: LLM title + keywords per page, after the document is searchable
+
+
+def parse_enrichment(reply: str) -> tuple[str, list[str]] | None:
+    """Title and keywords from a model's reply, or None when it holds no usable JSON.
+
+    parse_enrichment('Sure! {"title": "Revenue", "keywords": ["sales", "2021"]}') -> ("Revenue", ["sales", "2021"])
+    """
+    match = re.search(r"\{.*\}", reply, re.DOTALL)
+    if not match:
+        return None
+    try:
+        data = json.loads(match.group(0))
+    except json.JSONDecodeError:
+        return None
+    title = data.get("title") if isinstance(data, dict) else None
+    if not isinstance(title, str) or not title.strip():
+        return None
+    keywords = data.get("keywords") or []
+    if isinstance(keywords, str):
+        keywords = keywords.split(",")
+    keywords = [str(k).strip() for k in keywords if str(k).strip()][:8]
+    return " ".join(title.split()[:12]), keywords
+
+
+def page_texts(collection) -> dict[int, str]:
+    """Rebuild each page's text from its chunks' spans: {page number: text}."""
+    got = collection.get(include=["documents", "metadatas"])
+    pieces: dict[int, list[tuple[int, int, str]]] = {}
+    for text, meta in zip(got["documents"], got["metadatas"]):
+        pieces.setdefault(meta["page"], []).append((meta["start"], meta["end"], text))
+    pages = {}
+    for number, spans in pieces.items():
+        out, cursor = "", 0
+        for start, end, text in sorted(spans):
+            if end > cursor:
+                out += (" " if start > cursor and out else "") + text[max(0, cursor - start) :]
+                cursor = end
+        pages[number] = out
+    return pages
+
+
+def _label_page(llm: BaseChatModel, number: int, texts: dict[int, str]) -> tuple[str, list[str]]:
+    """Ask the LLM for one page's title and keywords: one retry, then the fallback."""
+    user = prompts.ENRICH_USER.format(
+        page_number=number,
+        page=texts[number][: config.ENRICH_PAGE_CHARS],
+        previous=texts.get(number - 1, "(none)")[-config.ENRICH_NEIGHBOUR_CHARS :],
+        next=texts.get(number + 1, "(none)")[: config.ENRICH_NEIGHBOUR_CHARS],
+    )
+    messages = [SystemMessage(prompts.ENRICH_SYSTEM), HumanMessage(user)]
+    for attempt in range(2):
+        reply = llm.invoke(messages).content
+        parsed = parse_enrichment(reply)
+        if parsed:
+            return parsed
+        log.debug("Page %d: unparseable enrichment reply (attempt %d): %r", number, attempt + 1, reply[:200])
+        messages += [AIMessage(reply), HumanMessage(prompts.ENRICH_RETRY)]
+    return f"Page {number}", []
+
+
+def pages_to_enrich(collection) -> list[int]:
+    got = collection.get(where={"enriched": False}, include=["metadatas"])
+    return sorted({m["page"] for m in got["metadatas"]})
+
+
+def enrich_document(
+    collection,
+    llm: BaseChatModel | None = None,
+    progress: ProgressCallback | None = None,
+    cancel: threading.Event | None = None,
+) -> int:
+    """Give every not-yet-labelled page a title and keywords; returns pages labelled now.
+
+    Each page is written as soon as it is labelled, so a stop (``cancel`` set,
+    Ctrl-C, a crash) loses at most the page in hand and a later call resumes.
+    """
+    progress = progress or _no_progress
+    todo = pages_to_enrich(collection)
+    if not todo:
+        return 0
+    llm = models.with_max_tokens(llm or models.get_chat_model(), config.ENRICH_MAX_TOKENS)
+    texts = page_texts(collection)
+    total_pages = collection.metadata["pages"]
+    done_before = len(texts) - len(todo)
+    for count, number in enumerate(todo, 1):
+        if cancel is not None and cancel.is_set():
+            log.info("Enrichment of %s cancelled after %d pages", collection.name, count - 1)
+            return count - 1
+        title, keywords = _label_page(llm, number, texts)
+        got = collection.get(where={"page": number}, include=["metadatas"])
+        metas = [{**m, "title": title, "keywords": ", ".join(keywords), "enriched": True} for m in got["metadatas"]]
+        collection.update(ids=got["ids"], metadatas=metas)
+        collection.modify(metadata={**collection.metadata, "enriched_pages": done_before + count})
+        progress(done_before + count, len(texts), f"Labelled page {number} of {total_pages}: {title}")
+    return len(todo)
+
+
+# -----------------------------------------------------------------------------
+# Command line
+
+
+def find_pdfs(paths: list[str]) -> list[Path]:
+    """Files named, plus every *.pdf below each folder named (recursively), sorted."""
+    found: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        found.extend(sorted(q for q in p.rglob("*") if q.suffix.lower() == ".pdf") if p.is_dir() else [p])
+    return found
+
+
+def _bar(current: int, total: int, message: str) -> None:
+    width = 30
+    filled = int(width * current / max(total, 1))
+    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {current}/{total} {message[:60]:<60}")
+    sys.stderr.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Ingest PDFs (files or folders) into the local store.")
+    parser.add_argument("paths", nargs="+", help="PDF files or folders (searched recursively)")
+    parser.add_argument("--no-enrich", action="store_true", help="skip LLM page titles/keywords")
+    args = parser.parse_args(argv)
+    config.setup_logging(logging.WARNING)
+    pdfs = find_pdfs(args.paths)
+    if not pdfs:
+        sys.stderr.write("No PDF files found.\n")
+        return 1
+    client, embedder = get_client(), models.get_embeddings()
+    rows, failures = [], 0
+    for pdf in pdfs:
+        sys.stderr.write(f"{pdf}\n")
+        try:
+            result = ingest_pdf(pdf, client, embedder, progress=_bar)
+            if config.ENRICH_ENABLED and not args.no_enrich:
+                sys.stderr.write("\n")
+                enrich_document(open_collection(client, result.collection, embedder), progress=_bar)
+            rows.append((pdf.name, result.pages, result.chunks, result.ocr_pages, f"{result.seconds:.1f}", "cached" if result.cached else "ok"))
+        except KeyboardInterrupt:
+            sys.stderr.write("\nStopped. Searchable documents stay searchable; enrichment resumes next time.\n")
+            return 130
+        except (IngestError, models.ModelUnavailableError) as err:
+            failures += 1
+            rows.append((pdf.name, "-", "-", "-", "-", f"FAILED: {err}"))
+        sys.stderr.write("\n")
+    header = ("file", "pages", "chunks", "ocr pages", "seconds", "status")
+    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(5)]
+    for row in [header] + rows:
+        sys.stdout.write("  ".join(str(v).ljust(w) for v, w in zip(row[:5], widths)) + "  " + str(row[5]) + "\n")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

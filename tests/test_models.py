@@ -1,0 +1,121 @@
+"""The embedded models install from PyPI alone and load with no network;
+the Ollama route is chosen only when a server speaking Ollama's API has the model."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pytest
+
+import config
+import models
+
+
+def test_default_embedded_llm_assembles_verifies_and_reads_as_gguf():
+    path = models.embedded_gguf_path(config.EMBEDDED_LLM)
+    spec = config.EMBEDDED_LLMS[config.EMBEDDED_LLM]
+    assert path.stat().st_size == spec["size"]
+    assert models.read_gguf_metadata(path)["general.architecture"] == spec["architecture"]
+
+
+def test_a_model_that_does_not_match_its_pinned_hash_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(config, "MODEL_CACHE_DIR", str(tmp_path))
+    bad = {**config.EMBEDDED_LLMS["qwen2.5-coder-0.5b"], "sha256": "0" * 64}
+    monkeypatch.setitem(config.EMBEDDED_LLMS, "tampered", bad)
+    with pytest.raises(models.ModelUnavailableError, match="SHA-256"):
+        models.embedded_gguf_path("tampered")
+    assert list(tmp_path.iterdir()) == []  # no half-made file left behind
+
+
+def test_read_gguf_metadata_rejects_other_files(tmp_path):
+    (tmp_path / "x.gguf").write_bytes(b"not a model")
+    with pytest.raises(ValueError):
+        models.read_gguf_metadata(tmp_path / "x.gguf")
+
+
+def test_embedded_llm_streams_an_answer(llm):
+    from langchain_core.messages import HumanMessage
+
+    tokens = [c.content for c in models.with_max_tokens(llm, 8).stream([HumanMessage("Say hello.")])]
+    assert len(tokens) >= 1 and "".join(tokens).strip()
+    assert llm.count_tokens("hello world") >= 2
+
+
+def test_embedder_gives_normalised_384_dim_vectors_that_rank_meaning(embedder):
+    docs = ["The cat sat on the mat.", "Quarterly revenue grew by twelve percent."]
+    vectors = np.array(embedder.embed_documents(docs))
+    assert vectors.shape == (2, 384)
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-4)
+    query = np.array(embedder.embed_query("a kitten resting on a rug"))
+    assert query @ vectors[0] > query @ vectors[1]
+
+
+# -----------------------------------------------------------------------------
+# Ollama route: a local server speaking Ollama's HTTP API (no Ollama can run here)
+
+
+class FakeOllama(BaseHTTPRequestHandler):
+    models: list[str] = []
+
+    def do_GET(self):
+        if self.path == "/api/tags":
+            self._json({"models": [{"name": m, "model": m} for m in self.models]})
+        else:
+            self.send_error(404)
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self.path == "/api/embed":
+            inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+            self._json({"model": body["model"], "embeddings": [[float(len(t)), 1.0, 0.0] for t in inputs]})
+        else:
+            self.send_error(404)
+
+    def _json(self, data):
+        payload = json.dumps(data).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def ollama_server(monkeypatch):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeOllama)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setattr(config, "OLLAMA_BASE_URL", f"http://127.0.0.1:{server.server_port}")
+    models.get_embeddings.cache_clear()
+    yield FakeOllama
+    server.shutdown()
+    models.get_embeddings.cache_clear()
+
+
+def test_auto_uses_ollama_embeddings_when_the_server_has_the_model(ollama_server, monkeypatch):
+    monkeypatch.setattr(ollama_server, "models", ["nomic-embed-text:latest"])
+    monkeypatch.setattr(config, "EMBED_BACKEND", "auto")
+    embedder = models.get_embeddings()
+    assert models.embedder_name(embedder) == "ollama:nomic-embed-text"
+    assert embedder.embed_documents(["abc"]) == [[3.0, 1.0, 0.0]]
+
+
+def test_auto_falls_back_to_embedded_when_the_model_is_missing(ollama_server, monkeypatch):
+    monkeypatch.setattr(ollama_server, "models", ["llama3.2:3b"])
+    monkeypatch.setattr(config, "EMBED_BACKEND", "auto")
+    assert models.embedder_name(models.get_embeddings()) == config.EMBEDDED_EMBEDDER_NAME
+
+
+def test_forcing_ollama_explains_a_missing_model_and_a_down_server(ollama_server, monkeypatch):
+    monkeypatch.setattr(ollama_server, "models", [])
+    monkeypatch.setattr(config, "EMBED_BACKEND", "ollama")
+    with pytest.raises(models.ModelUnavailableError, match="ollama pull nomic-embed-text"):
+        models.get_embeddings()
+    monkeypatch.setattr(config, "OLLAMA_BASE_URL", "http://127.0.0.1:9")  # nothing listens there
+    with pytest.raises(models.ModelUnavailableError, match="not answering"):
+        models.get_embeddings()
