@@ -107,7 +107,22 @@ ENRICH_MAX_TOKENS = _env("ENRICH_MAX_TOKENS", 96)
 
 # -----------------------------------------------------------------------------
 # Retrieval
-TOP_K = _env("TOP_K", 5)
+TOP_K = _env("TOP_K", 5)  # pages shown and cited per question
+CANDIDATES = _env("CANDIDATES", 50)  # chunks each leg hands to the fusion
+RRF_K = _env("RRF_K", 60)  # Reciprocal Rank Fusion constant: 1 / (RRF_K + rank)
+BM25_K1 = _env("BM25_K1", 1.5)
+BM25_B = _env("BM25_B", 0.75)
+# Words too common to help keyword search (space-separated; override with your own list).
+STOPWORDS = _env(
+    "STOPWORDS",
+    "a about above after again against all am an and any are as at be because been before being below "
+    "between both but by can could did do does doing down during each few for from further had has have "
+    "having he her here hers herself him himself his how i if in into is it its itself just me more most my "
+    "myself no nor not now of off on once only or other our ours ourselves out over own same she should so "
+    "some such than that the their theirs them themselves then there these they this those through to too "
+    "under until up very was we were what when where which while who whom why will with would you your "
+    "yours yourself yourselves according based does using used also per",
+)
 
 # -----------------------------------------------------------------------------
 # Logging

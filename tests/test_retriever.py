@@ -1,0 +1,165 @@
+"""Hybrid retrieval on a real store with the real embedder and real PDFs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from rank_bm25 import BM25Okapi
+
+import ingest
+from conftest import write_text_pdf
+from retriever import Retriever, SparseBM25, rrf, tokenize
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_rrf_matches_a_hand_checked_example():
+    fused = rrf([["a", "b", "c"], ["c", "a"]], k=60)
+    assert fused["a"] == pytest.approx(1 / 61 + 1 / 62)
+    assert fused["b"] == pytest.approx(1 / 62)
+    assert fused["c"] == pytest.approx(1 / 63 + 1 / 61)
+    assert sorted(fused, key=fused.get, reverse=True) == ["a", "c", "b"]
+
+
+def test_tokenize_lowercases_strips_punctuation_and_stopwords():
+    assert tokenize("The page. Page 3, Zürich!") == ["page", "page", "3", "zürich"]
+    assert tokenize("What is the XK-4471B?") == ["xk", "4471b"]
+
+
+def test_sparse_bm25_scores_equal_rank_bm25():
+    corpus = [tokenize(t) for t in [
+        "the quick brown fox jumps over the lazy dog",
+        "a fox is quick and brown and clever",
+        "dogs are loyal and lazy on sundays",
+        "brown bread with butter",
+        "fox fox fox hunting season",
+    ]]
+    ours, theirs = SparseBM25(corpus), BM25Okapi(corpus)
+    for query in (["fox"], ["brown", "dog"], ["lazy", "lazy", "fox"], ["nothing"]):
+        assert np.allclose(ours.get_scores(query), theirs.get_scores(query))
+
+
+# -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def catalogue_pdf(tmp_path) -> Path:
+    """Six near-identical part pages (codes differ by a digit) and one page on car servicing."""
+    codes = ["XK-4417B", "XK-4471A", "XK-4741B", "XK-4471C", "XK-4471B", "XK-7441B"]
+    pages = [
+        f"Replacement part {code}. This valve assembly fits the standard pump housing. "
+        "Tighten the fittings by hand, then a quarter turn with a wrench. Keep in a dry place."
+        for code in codes
+    ]
+    pages.append("Automobiles must be serviced every twelve months by a certified mechanic.")
+    return write_text_pdf(tmp_path / "catalogue.pdf", pages)
+
+
+def page_rank(ranking, retriever, page):
+    pages = [retriever._metas[retriever._row_of[i]]["page"] for i, _ in ranking]
+    return pages.index(page) + 1 if page in pages else None
+
+
+def test_exact_code_missed_by_meaning_is_found_by_keywords(store, embedder, catalogue_pdf):
+    ingest.ingest_pdf(catalogue_pdf, store, embedder)
+    retriever = Retriever(store, embedder)
+    retriever.refresh()
+    question = "Which pump housing does part XK-4471B fit?"
+    assert page_rank(retriever.keyword(question), retriever, 5) == 1
+    assert page_rank(retriever.semantic(question), retriever, 5) != 1  # the near-identical codes blur
+    assert retriever.search(question, k=3)[0].page == 5
+
+
+def test_paraphrase_with_no_shared_word_is_found_by_meaning(store, embedder, catalogue_pdf):
+    ingest.ingest_pdf(catalogue_pdf, store, embedder)
+    retriever = Retriever(store, embedder)
+    retriever.refresh()
+    question = "How often should my car get maintenance?"
+    assert page_rank(retriever.keyword(question), retriever, 7) is None
+    assert page_rank(retriever.semantic(question), retriever, 7) == 1
+    top = retriever.search(question, k=3)[0]
+    assert top.page == 7 and "semantic_rank" in top.trace and "bm25_rank" not in top.trace
+
+
+def test_hits_carry_location_and_trace_and_one_hit_per_page(store, embedder, catalogue_pdf):
+    ingest.ingest_pdf(catalogue_pdf, store, embedder)
+    hits = Retriever(store, embedder).search("valve assembly XK-4471B", k=5)
+    assert len({(h.collection, h.page) for h in hits}) == len(hits) == 5
+    for hit in hits:
+        assert hit.doc_name == "catalogue.pdf" and hit.text and hit.end > hit.start
+        assert hit.trace["rrf"] == pytest.approx(hit.score)
+        assert "semantic_rank" in hit.trace or "bm25_rank" in hit.trace
+
+
+def test_scope_filter_keeps_other_documents_out_of_both_legs(store, embedder, catalogue_pdf, three_page_pdf):
+    catalogue = ingest.ingest_pdf(catalogue_pdf, store, embedder).collection
+    facts = ingest.ingest_pdf(three_page_pdf, store, embedder).collection
+    retriever = Retriever(store, embedder)
+    question = "part XK-4471B lighthouse keeper railway"
+    assert {h.collection for h in retriever.search(question, k=8)} == {catalogue, facts}
+    for mode in ("semantic", "bm25", "hybrid"):
+        assert {h.collection for h in retriever.search(question, k=8, scope=[facts], mode=mode)} == {facts}
+
+
+def test_removing_a_document_removes_it_from_both_legs(store, embedder, catalogue_pdf, three_page_pdf):
+    catalogue = ingest.ingest_pdf(catalogue_pdf, store, embedder).collection
+    facts = ingest.ingest_pdf(three_page_pdf, store, embedder).collection
+    retriever = Retriever(store, embedder)
+    assert any(h.collection == catalogue for h in retriever.search("XK-4471B valve", k=5))
+    ingest.delete_document(store, catalogue)
+    retriever.refresh()
+    owners = lambda ranking: {retriever._owners[retriever._row_of[i]] for i, _ in ranking}  # noqa: E731
+    assert owners(retriever.keyword("XK-4471B valve lighthouse")) == {facts}
+    assert owners(retriever.semantic("XK-4471B valve")) == {facts}
+    assert {h.collection for h in retriever.search("XK-4471B valve", k=5)} == {facts}
+
+
+def test_page_labels_join_the_keyword_index_once_written(store, embedder, three_page_pdf):
+    name = ingest.ingest_pdf(three_page_pdf, store, embedder).collection
+    retriever = Retriever(store, embedder)
+    assert retriever.keyword("zeppelin") == []
+    col = ingest.open_collection(store, name, embedder)
+    got = col.get(where={"page": 3}, include=["metadatas"])
+    col.update(ids=got["ids"], metadatas=[{**m, "keywords": "zeppelin", "enriched": True} for m in got["metadatas"]])
+    col.modify(metadata={**col.metadata, "enriched_pages": 1})
+    assert page_rank(retriever.keyword("zeppelin"), retriever, 3) == 1
+
+
+# -----------------------------------------------------------------------------
+
+
+def test_eval_script_runs_end_to_end_and_writes_every_metric(tmp_path):
+    pdfs = tmp_path / "pdfs"
+    pdfs.mkdir()
+    write_text_pdf(pdfs / "facts.pdf", [
+        "The lighthouse keeper of Port Elwin was Margaret Tolland.",
+        "In 1911 the fishing catch reached 3,200 tonnes.",
+        "The railway reached the town in 1889.",
+    ])
+    questions = tmp_path / "questions.jsonl"
+    rows = [
+        {"question": "Who kept the lighthouse?", "doc": "facts.pdf", "pages": [1], "category": "semantic"},
+        {"question": "catch 1911 tonnes", "doc": "facts.pdf", "pages": [2], "category": "keyword-heavy"},
+        {"question": "What is the capital of Peru?", "doc": "facts.pdf", "pages": []},
+    ]
+    questions.write_text("\n".join(json.dumps(r) for r in rows))
+    out = tmp_path / "out.json"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "eval_retrieval.py"), "--questions", str(questions), "--k", "2",
+         "--store", str(tmp_path / "store"), "--json", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = json.loads(out.read_text())
+    for scope in ("doc", "library"):
+        for ablation in ("semantic", "bm25", "hybrid"):
+            metrics = results["ablations"][f"{scope}/{ablation}"]
+            assert set(metrics) >= {"hit@2", "recall@2", "precision@2", "mrr", "n"} and metrics["n"] == 2
+    assert results["ablations"]["doc/hybrid"]["hit@2"] == 1.0
+    assert results["unanswerable"]["doc"]["n"] == 1
+    assert (tmp_path / "out.md").read_text().startswith("# Retrieval evaluation")
