@@ -1,12 +1,19 @@
 """Benchmarks that print numbers (speed and memory targets live here, not in tests).
 
     python bench.py ingest PDF... [--enrich-pages N] [--json OUT]
+    python bench.py retrieval [--chunks 1000 10000 100000] [--json OUT]
 
 ``ingest`` runs each PDF in a fresh child process with an empty temporary
 store, so every row has its own cold start and its own peak RSS. A row gives
 time-to-searchable (the ingest call: open, extract/OCR, chunk, embed, store,
 mark complete), pages per second for each stage, and, with --enrich-pages,
 seconds per page for LLM titles/keywords on the first N pages.
+
+``retrieval`` builds (once, cached under ``bench_store/``) stores of N chunks
+from the real chunks and vectors of the evaluation store (run
+``eval_retrieval.py`` on ../shared/bench/mmlongbench first), copied into
+collections of about 500 chunks (a 100-page PDF each) with a little noise added
+to each copy's vector, then times every leg of real bench questions.
 Timings are single runs on a shared machine: repeat and compare medians.
 """
 
@@ -96,6 +103,85 @@ def print_ingest_table(rows: list[dict]) -> None:
         print("  ".join(str(v).ljust(w) for v, w in zip(line, widths)))
 
 
+# -----------------------------------------------------------------------------
+# Retrieval latency
+
+CHUNKS_PER_COLLECTION = 500
+BENCH_QUESTIONS = config.BASE_DIR.parent / "shared" / "bench" / "mmlongbench" / "questions.jsonl"
+
+
+def build_scaled_store(n_chunks: int, source_dir: Path, target_dir: Path):
+    """A store of ``n_chunks`` chunks copied from ``source_dir``'s documents (cached by size)."""
+    import numpy as np
+
+    import ingest
+
+    client = ingest.get_client(str(target_dir))
+    if sum(c.count() for c in client.list_collections()) >= n_chunks:
+        return client
+    for c in client.list_collections():
+        client.delete_collection(c.name)
+    source = ingest.get_client(str(source_dir))
+    pool = {"ids": [], "documents": [], "metadatas": [], "embeddings": []}
+    for doc in ingest.list_documents(source):
+        got = source.get_collection(doc["collection"], embedding_function=None).get(
+            include=["documents", "metadatas", "embeddings"]
+        )
+        for key in pool:
+            pool[key] += list(got[key])
+    vectors = np.array(pool["embeddings"], dtype=np.float32)
+    rng = np.random.default_rng(0)
+    for start in range(0, n_chunks, CHUNKS_PER_COLLECTION):
+        number = start // CHUNKS_PER_COLLECTION
+        idx = np.arange(start, min(start + CHUNKS_PER_COLLECTION, n_chunks)) % len(pool["ids"])
+        noisy = vectors[idx] + rng.normal(0, 0.01, (len(idx), vectors.shape[1])).astype(np.float32)
+        noisy /= np.linalg.norm(noisy, axis=1, keepdims=True)
+        sha = f"{number:016x}" + "0" * 48
+        meta = {"doc_name": f"copy{number}.pdf", "sha256": sha, "embedder": config.EMBEDDED_EMBEDDER_NAME,
+                "status": "complete", "pages": 100, "chunks": len(idx), "ocr_pages": 0, "empty_pages": 0}
+        col = client.create_collection(ingest.collection_name_for(sha), metadata=meta,
+                                       configuration={"hnsw": {"space": "cosine"}}, embedding_function=None)
+        metas = [{**pool["metadatas"][i], "doc_name": meta["doc_name"], "sha256": sha} for i in idx]
+        for s in range(0, len(idx), 5000):
+            col.add(ids=[f"c{number}-{j}" for j in range(s, min(s + 5000, len(idx)))],
+                    documents=[pool["documents"][i] for i in idx[s:s + 5000]],
+                    metadatas=metas[s:s + 5000], embeddings=noisy[s:s + 5000])
+    return client
+
+
+def time_retrieval(client, questions: list[str]) -> dict:
+    """p50/p95 milliseconds of each leg and of the whole search, per question."""
+    import numpy as np
+
+    import models
+    from retriever import Retriever, rrf
+
+    embedder = models.get_embeddings()
+    retriever = Retriever(client, embedder)
+    t = time.perf_counter()
+    retriever.refresh()
+    build_s = time.perf_counter() - t
+    timings = {"embed": [], "semantic": [], "bm25": [], "fuse": [], "total": []}
+    for q in questions:
+        t0 = time.perf_counter()
+        embedder.embed_query(q)
+        t1 = time.perf_counter()
+        sem = retriever.semantic(q)  # embeds again through the retriever's cache: the first call is timed above
+        t2 = time.perf_counter()
+        kw = retriever.keyword(q)
+        t3 = time.perf_counter()
+        rrf([[i for i, _ in sem], [i for i, _ in kw]])
+        t4 = time.perf_counter()
+        for leg, seconds in (("embed", t1 - t0), ("semantic", t2 - t1), ("bm25", t3 - t2), ("fuse", t4 - t3), ("total", t4 - t0)):
+            timings[leg].append(seconds * 1000)
+    chunks = sum(c.count() for c in client.list_collections())
+    row = {"chunks": chunks, "collections": len(client.list_collections()), "index_build_s": round(build_s, 1)}
+    for leg, values in timings.items():
+        row[f"{leg}_p50_ms"] = round(float(np.percentile(values, 50)), 1)
+        row[f"{leg}_p95_ms"] = round(float(np.percentile(values, 95)), 1)
+    return row
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -104,7 +190,23 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("pdfs", nargs="+", type=Path)
         p.add_argument("--enrich-pages", type=int, default=0, help="also time LLM labels on the first N pages")
         p.add_argument("--json", type=Path, help="write the rows here")
+    p = sub.add_parser("retrieval")
+    p.add_argument("--chunks", type=int, nargs="+", default=[1000, 10000, 100000])
+    p.add_argument("--questions", type=int, default=100, help="how many bench questions to time")
+    p.add_argument("--source-store", type=Path, default=config.BASE_DIR / "chroma_store_eval")
+    p.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
+    if args.command == "retrieval":
+        config.setup_logging(40)
+        questions = [json.loads(line)["question"] for line in BENCH_QUESTIONS.read_text().splitlines()][: args.questions]
+        rows = []
+        for n in args.chunks:
+            client = build_scaled_store(n, args.source_store, config.BASE_DIR / "bench_store" / str(n))
+            rows.append(time_retrieval(client, questions))
+            print(json.dumps(rows[-1]))
+        if args.json:
+            args.json.write_text(json.dumps({"retrieval": rows}, indent=2))
+        return 0
     if args.command == "_ingest_one":
         config.setup_logging(40)
         print(json.dumps(ingest_one(args.pdfs[0], args.enrich_pages)))
