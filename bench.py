@@ -170,7 +170,7 @@ def time_retrieval(client, questions: list[str]) -> dict:
         t2 = time.perf_counter()
         kw = retriever.keyword(q)
         t3 = time.perf_counter()
-        rrf([[i for i, _ in sem], [i for i, _ in kw]])
+        rrf([[key for key, _, _ in sem], [key for key, _ in kw]])
         t4 = time.perf_counter()
         for leg, seconds in (("embed", t1 - t0), ("semantic", t2 - t1), ("bm25", t3 - t2), ("fuse", t4 - t3), ("total", t4 - t0)):
             timings[leg].append(seconds * 1000)

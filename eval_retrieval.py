@@ -38,7 +38,13 @@ from retriever import Retriever, tokenize
 
 log = logging.getLogger(__name__)
 
-ABLATIONS = {"semantic": "semantic", "bm25": "bm25", "hybrid": "hybrid"}  # name -> retriever mode
+# name -> Retriever.search options; "hybrid" is the configuration the app uses
+ABLATIONS = {
+    "semantic": {"mode": "semantic", "page_refs": False},
+    "bm25": {"mode": "bm25", "page_refs": False},
+    "hybrid-no-page-refs": {"mode": "hybrid", "page_refs": False},
+    "hybrid": {"mode": "hybrid", "page_refs": True},
+}
 DEFAULT_QUESTIONS = Path(config.INPUT_DATA_DIR) / "eval_questions.json"
 DEFAULT_STORE = config.BASE_DIR / "chroma_store_eval"
 
@@ -118,9 +124,8 @@ def first_gold_rank(ranking: list[tuple[str, int]], gold: set[tuple[str, int]]) 
 
 def diagnose(retriever: Retriever, q: dict, scope: list[str] | None, gold: set, hits, page_texts) -> dict:
     """Why a question was or was not answered: each leg's rank of the gold page, overlap, near misses."""
-    as_pages = lambda ranking: [(retriever._owners[retriever._row_of[i]], retriever._metas[retriever._row_of[i]]["page"]) for i, _ in ranking]  # noqa: E731
-    sem_rank = first_gold_rank(as_pages(retriever.semantic(q["question"], scope)), gold)
-    bm25_rank = first_gold_rank(as_pages(retriever.keyword(q["question"], scope)), gold)
+    sem_rank = first_gold_rank([key for key, _, _ in retriever.semantic(q["question"], scope)], gold)
+    bm25_rank = first_gold_rank([key for key, _ in retriever.keyword(q["question"], scope)], gold)
     query_terms = set(tokenize(q["question"]))
     gold_terms = set(tokenize(" ".join(page_texts.get(p, "") for _, p in gold)))
     gold_pages = {p for _, p in gold}
@@ -129,7 +134,7 @@ def diagnose(retriever: Retriever, q: dict, scope: list[str] | None, gold: set, 
     carried = "-"
     if found:
         t = found[0].trace
-        carried = "both" if "semantic_rank" in t and "bm25_rank" in t else ("semantic" if "semantic_rank" in t else "bm25")
+        carried = "+".join(leg for leg in ("semantic", "bm25", "page_ref") if f"{leg}_rank" in t)
     return {
         "semantic_rank": sem_rank,
         "bm25_rank": bm25_rank,
@@ -147,16 +152,16 @@ def evaluate(retriever: Retriever, questions: list[dict], collections: dict[str,
     """Run every ablation in every scope; returns metrics, breakdowns and per-question rows."""
     answerable = [q for q in questions if q["pages"]]
     unanswerable = [q for q in questions if not q["pages"]]
-    texts_by_doc = {doc: ingest.page_texts(retriever._collections[col]) for doc, col in collections.items()}
+    texts_by_doc = {doc: ingest.page_texts(ingest.open_collection(retriever.client, col, retriever.embedder)) for doc, col in collections.items()}
     results: dict = {"k": k, "ablations": {}, "per_question": [], "unanswerable": {}}
     for scope_name in scopes:
-        for ablation, mode in ABLATIONS.items():
+        for ablation, options in ABLATIONS.items():
             rows = []
             for q in tqdm(answerable, desc=f"{scope_name}/{ablation}", unit="q", leave=False):
                 col = collections[q["doc"]]
                 scope = [col] if scope_name == "doc" else None
                 gold = {(col, p) for p in q["pages"]}
-                hits = retriever.search(q["question"], k=k, scope=scope, mode=mode)
+                hits = retriever.search(q["question"], k=k, scope=scope, **options)
                 row = {"category": q["category"], **page_metrics([(h.collection, h.page) for h in hits], gold, k)}
                 rows.append(row)
                 if ablation == "hybrid":
@@ -180,7 +185,7 @@ def top_similarity_gap(retriever, answerable, unanswerable, collections, scope_n
     """Median best cosine similarity for answerable vs unanswerable questions (refusal threshold input)."""
     def best(q):
         scope = [collections[q["doc"]]] if scope_name == "doc" else None
-        top = retriever.semantic(q["question"], scope, n=1)
+        top = retriever.semantic(q["question"], scope, n=1)  # [(page, similarity, chunk id)]
         return top[0][1] if top else 0.0
 
     return {

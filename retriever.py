@@ -2,10 +2,11 @@
 
 One question flows like this:
 
-    question -> embed -> cosine top-N from each document's Chroma collection  (semantic leg)
-             -> tokenize -> BM25 scores over every chunk's title+keywords+text  (keyword leg)
-             -> Reciprocal Rank Fusion of the two rankings
-             -> best chunk per (document, page), top-k pages, each with a trace
+    question -> embed -> cosine top-N chunks from each document's collection -> pages  (semantic leg)
+             -> tokenize -> BM25 over every page's title + keywords + text           (keyword leg)
+             -> pages the question names outright ("page 14", "cover page")         (page leg)
+             -> Reciprocal Rank Fusion of the three page rankings
+             -> top-k pages, each shown as its best passage, with a trace
 
 The keyword leg exists because dense vectors blur exact terms (product codes,
 names, numbers) that people search for; the semantic leg finds paraphrases
@@ -14,7 +15,7 @@ restricts both legs to chosen documents.
 
 The BM25 index lives in memory and is rebuilt from the store whenever the set
 of complete documents (or their page labels) changes, so it never holds a
-removed document. Scores are exactly rank-bm25's BM25Okapi (a test checks it),
+removed document. Results are deduplicated by (document, page) by construction. Scores are exactly rank-bm25's BM25Okapi (a test checks it),
 computed as one sparse matrix product so a query stays in milliseconds at
 100k chunks where rank-bm25's Python loop takes hundreds.
 """
@@ -40,12 +41,47 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 STOPWORDS = frozenset(config.STOPWORDS.split())
 
 
-def tokenize(text: str) -> list[str]:
-    """Lower-cased Unicode words without punctuation or stopwords.
+_NUMBERED_THING = re.compile(
+    r"\b(fig(?:ure)?|tab(?:le)?|chart|section|chapter|appendix|step|slide)s?\.?\s*(\d+[a-z]?|[ivx]+)\b", re.IGNORECASE
+)
+_KIND = {"fig": "figure", "tab": "table"}
 
-    tokenize("The page. Page 3, Zürich!") -> ["page", "page", "3", "zürich"]
+
+def tokenize(text: str) -> list[str]:
+    """Lower-cased Unicode words without punctuation or stopwords, plus one token per
+    numbered figure/table/section so "Fig. 3" matches "Figure 3" but not "Table 3".
+
+    tokenize("The page. Page 3, Zürich! See Fig. 2") -> ["page", "page", "3", "zürich", "see", "fig", "2", "figure_2"]
     """
-    return [w for w in _WORD.findall(text.lower()) if w not in STOPWORDS]
+    words = [w for w in _WORD.findall(text.lower()) if w not in STOPWORDS]
+    if config.NUMBERED_REFS:
+        words += [f"{_KIND.get(kind.lower(), kind.lower())}_{num.lower()}" for kind, num in _NUMBERED_THING.findall(text)]
+    return words
+
+
+_ORDINALS = {w: i for i, w in enumerate(
+    "first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth".split(), 1)}
+_NUMBER_WORDS = {w: i for i, w in enumerate(
+    "one two three four five six seven eight nine ten eleven twelve".split(), 1)}
+
+
+def page_references(question: str, page_count: int) -> set[int]:
+    """Pages a question names outright, for a document of ``page_count`` pages.
+
+    page_references("On page 14 and the cover page, and the second last page?", 20) -> {1, 14, 19}
+    """
+    q = question.lower()
+    pages = {int(n) for n in re.findall(r"\b(?:pages?|p\.|pp\.)\s*(\d{1,4})\b", q)}
+    pages |= {int(n) for n in re.findall(r"\bpages?\s+\d{1,4}\s*(?:and|,|-|to)\s*(\d{1,4})", q)}
+    pages |= {_NUMBER_WORDS[w] for w in re.findall(r"\bpage\s+(" + "|".join(_NUMBER_WORDS) + r")\b", q)}
+    pages |= {_ORDINALS[w] for w in re.findall(r"\b(" + "|".join(_ORDINALS) + r")\s+page\b", q)}
+    if re.search(r"\b(cover|front|title|first)\s+page\b", q):
+        pages.add(1)
+    if re.search(r"\b(second|2nd)[\s-]+(to[\s-]+)?last\s+page\b", q):
+        pages.add(page_count - 1)
+    elif re.search(r"\blast\s+page\b", q):
+        pages.add(page_count)
+    return {p for p in pages if 1 <= p <= page_count}
 
 
 def rrf(rankings: list[list[str]], k: int | None = None) -> dict[str, float]:
@@ -114,19 +150,24 @@ class Hit:
     trace: dict = field(default_factory=dict)  # semantic_rank/score, bm25_rank/score, rrf
 
 
-def _bm25_text(text: str, meta: dict) -> str:
-    return " ".join((meta.get("title", ""), meta.get("keywords", ""), text))
+PageKey = tuple[str, int]  # (collection name, 1-based page number)
 
 
 class Retriever:
-    """Search the complete documents of one store; see the module docstring for the flow."""
+    """Search the complete documents of one store; see the module docstring for the flow.
+
+    Every leg ranks *pages* (what people cite and what the evaluation scores):
+    the semantic leg keeps each page's best chunk, the keyword leg scores whole
+    pages (title + keywords + all their text), which measured better than
+    scoring chunks, and fusion happens between page rankings.
+    """
 
     def __init__(self, client=None, embedder=None):
         self.client = client or ingest.get_client()
         self.embedder = embedder or models.get_embeddings()
         self._signature: tuple | None = None
-        self._embed_query = lru_cache(maxsize=1024)(self.embedder.embed_query)  # follow-ups and evals repeat queries
         self._collections: dict[str, object] = {}
+        self._embed_query = lru_cache(maxsize=1024)(self.embedder.embed_query)  # follow-ups and evals repeat queries
 
     # -- keeping the keyword index in step with the store --------------------
 
@@ -135,34 +176,38 @@ class Retriever:
         return tuple((d["collection"], d.get("enriched_pages", 0)) for d in docs)
 
     def refresh(self) -> None:
-        """Rebuild the BM25 index if documents were added, removed or labelled since last time."""
+        """Rebuild the in-memory index if documents were added, removed or labelled since last time."""
         signature = self._library_signature()
         if signature == self._signature:
             return
         self._collections = {
             name: ingest.open_collection(self.client, name, self.embedder) for name, _ in signature
         }
-        ids, texts, metas, owners = [], [], [], []
+        self._chunks: dict[str, tuple[str, dict, str]] = {}  # chunk id -> (text, metadata, collection)
+        self._page_chunks: dict[PageKey, list[str]] = {}
         for name, col in self._collections.items():
             got = col.get(include=["documents", "metadatas"])
-            ids += got["ids"]
-            texts += got["documents"]
-            metas += got["metadatas"]
-            owners += [name] * len(got["ids"])
-        self._ids, self._texts, self._metas = ids, texts, metas
-        self._owners = np.array(owners)
-        self._row_of = {chunk_id: i for i, chunk_id in enumerate(ids)}
-        self._bm25 = SparseBM25([tokenize(_bm25_text(t, m)) for t, m in zip(texts, metas)])
+            for chunk_id, text, meta in zip(got["ids"], got["documents"], got["metadatas"]):
+                self._chunks[chunk_id] = (text, meta, name)
+                self._page_chunks.setdefault((name, meta["page"]), []).append(chunk_id)
+        self._pages = list(self._page_chunks)
+        self._page_owner = np.array([name for name, _ in self._pages])
+        self._bm25 = SparseBM25([tokenize(self._page_bm25_text(key)) for key in self._pages])
         self._signature = signature
-        log.info("Keyword index rebuilt: %d documents, %d chunks", len(self._collections), len(ids))
+        log.info("Index rebuilt: %d documents, %d pages, %d chunks", len(self._collections), len(self._pages), len(self._chunks))
 
-    # -- the two legs ---------------------------------------------------------
+    def _page_bm25_text(self, key: PageKey) -> str:
+        chunks = [self._chunks[i] for i in self._page_chunks[key]]
+        meta = chunks[0][1]
+        return " ".join([meta.get("title", ""), meta.get("keywords", "")] + [text for text, _, _ in chunks])
 
     def _in_scope(self, scope: list[str] | None) -> list[str]:
         return [c for c in self._collections if scope is None or c in scope]
 
-    def semantic(self, question: str, scope: list[str] | None = None, n: int | None = None) -> list[tuple[str, float]]:
-        """(chunk id, cosine similarity) best first, from every in-scope collection."""
+    # -- the legs -------------------------------------------------------------
+
+    def semantic(self, question: str, scope: list[str] | None = None, n: int | None = None) -> list[tuple[PageKey, float, str]]:
+        """(page, cosine similarity of its best chunk, that chunk's id), best first, over in-scope documents."""
         self.refresh()
         n = n or config.CANDIDATES
         vector = self._embed_query(question)
@@ -171,58 +216,87 @@ class Retriever:
             col = self._collections[name]
             got = col.query(query_embeddings=[vector], n_results=min(n, col.count()), include=["distances"])
             found += [(i, 1.0 - d) for i, d in zip(got["ids"][0], got["distances"][0])]
-        return sorted(found, key=lambda x: -x[1])[:n]
+        pages: dict[PageKey, tuple[PageKey, float, str]] = {}
+        for chunk_id, similarity in sorted(found, key=lambda x: -x[1])[:n]:
+            _, meta, owner = self._chunks[chunk_id]
+            pages.setdefault((owner, meta["page"]), ((owner, meta["page"]), similarity, chunk_id))
+        return list(pages.values())
 
-    def keyword(self, question: str, scope: list[str] | None = None, n: int | None = None) -> list[tuple[str, float]]:
-        """(chunk id, BM25 score) best first, only chunks that share a term with the question."""
+    def keyword(self, question: str, scope: list[str] | None = None, n: int | None = None) -> list[tuple[PageKey, float]]:
+        """(page, BM25 score) best first, only pages that share a term with the question."""
         self.refresh()
         n = n or config.CANDIDATES
         scores = self._bm25.get_scores(tokenize(question))
         if scope is not None:
-            scores = np.where(np.isin(self._owners, list(scope)), scores, 0.0)
+            scores = np.where(np.isin(self._page_owner, list(scope)), scores, 0.0)
         best = np.argsort(-scores)[:n]
-        return [(self._ids[i], float(scores[i])) for i in best if scores[i] > 0]
+        return [(self._pages[i], float(scores[i])) for i in best if scores[i] > 0]
+
+    def named_pages(self, question: str, scope: list[str] | None, semantic: list[tuple[PageKey, float, str]]) -> list[PageKey]:
+        """Pages the question names ("page 14", "cover page") in each in-scope document, best semantic match first."""
+        self.refresh()
+        sem_rank = {key: rank for rank, (key, _, _) in enumerate(semantic)}
+        named = [
+            (name, page)
+            for name in self._in_scope(scope)
+            for page in page_references(question, self._collections[name].metadata["pages"])
+            if (name, page) in self._page_chunks
+        ]
+        return sorted(named, key=lambda key: sem_rank.get(key, len(sem_rank)))
 
     # -- fusion ---------------------------------------------------------------
 
     def search(
-        self, question: str, k: int | None = None, scope: list[str] | None = None, mode: str = "hybrid"
+        self,
+        question: str,
+        k: int | None = None,
+        scope: list[str] | None = None,
+        mode: str = "hybrid",
+        page_refs: bool | None = None,
     ) -> list[Hit]:
-        """The ``k`` best pages for ``question`` (one best chunk each), with traces.
+        """The ``k`` best pages for ``question``, each as its best passage, with traces.
 
         ``mode`` is "hybrid", "semantic" or "bm25"; the single-leg modes exist for
-        the evaluation's ablations.
+        the evaluation's ablations. ``page_refs`` (default config.PAGE_REFS) adds a
+        third ranking to the fusion: the pages the question names.
         """
         k = k or config.TOP_K
-        semantic = self.semantic(question, scope) if mode in ("hybrid", "semantic") else []
-        keyword = self.keyword(question, scope) if mode in ("hybrid", "bm25") else []
-        fused = rrf([[i for i, _ in semantic], [i for i, _ in keyword]])
-        trace = {i: {"rrf": s} for i, s in fused.items()}
-        for leg, ranking in (("semantic", semantic), ("bm25", keyword)):
-            for rank, (chunk_id, score) in enumerate(ranking, 1):
-                trace[chunk_id].update({f"{leg}_rank": rank, f"{leg}_score": round(score, 4)})
-        hits, seen_pages = [], set()
-        for chunk_id in sorted(fused, key=lambda i: -fused[i]):
-            hit = self._hit(chunk_id, fused[chunk_id], trace[chunk_id])
-            if (hit.collection, hit.page) in seen_pages:
-                continue
-            seen_pages.add((hit.collection, hit.page))
-            hits.append(hit)
-            if len(hits) == k:
-                break
-        return hits
+        page_refs = config.PAGE_REFS if page_refs is None else page_refs
+        semantic = self.semantic(question, scope) if mode != "bm25" or page_refs else []
+        keyword = self.keyword(question, scope) if mode != "semantic" else []
+        named = self.named_pages(question, scope, semantic) if page_refs else []
+        if mode == "bm25":
+            semantic = []
+        fused = rrf([[key for key, _, _ in semantic], [key for key, _ in keyword], named])
+        trace: dict[PageKey, dict] = {key: {"rrf": score} for key, score in fused.items()}
+        for rank, (key, similarity, _) in enumerate(semantic, 1):
+            trace[key].update(semantic_rank=rank, semantic_score=round(similarity, 4))
+        for rank, (key, score) in enumerate(keyword, 1):
+            trace[key].update(bm25_rank=rank, bm25_score=round(score, 4))
+        for rank, key in enumerate(named, 1):
+            trace[key].update(page_ref_rank=rank)
+        best_chunk = {key: chunk_id for key, _, chunk_id in semantic}
+        top = sorted(fused, key=lambda key: -fused[key])[:k]
+        return [
+            self._hit(best_chunk.get(key) or self._best_keyword_chunk(key, question), fused[key], trace[key])
+            for key in top
+        ]
+
+    def _best_keyword_chunk(self, key: PageKey, question: str) -> str:
+        """The chunk of a page that shares the most question terms (for pages found by keywords only)."""
+        terms = set(tokenize(question))
+        return max(self._page_chunks[key], key=lambda i: len(terms & set(tokenize(self._chunks[i][0]))))
 
     def _hit(self, chunk_id: str, score: float, trace: dict) -> Hit:
-        row = self._row_of[chunk_id]
-        meta = self._metas[row]
+        text, meta, owner = self._chunks[chunk_id]
         return Hit(
             id=chunk_id,
-            collection=str(self._owners[row]),
+            collection=owner,
             doc_name=meta["doc_name"],
             page=meta["page"],
             start=meta["start"],
             end=meta["end"],
-            text=self._texts[row],
+            text=text,
             title=meta.get("title", ""),
             keywords=meta.get("keywords", ""),
             score=score,

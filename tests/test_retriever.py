@@ -13,7 +13,7 @@ from rank_bm25 import BM25Okapi
 
 import ingest
 from conftest import write_text_pdf
-from retriever import Retriever, SparseBM25, rrf, tokenize
+from retriever import Retriever, SparseBM25, page_references, rrf, tokenize
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -29,6 +29,19 @@ def test_rrf_matches_a_hand_checked_example():
 def test_tokenize_lowercases_strips_punctuation_and_stopwords():
     assert tokenize("The page. Page 3, Zürich!") == ["page", "page", "3", "zürich"]
     assert tokenize("What is the XK-4471B?") == ["xk", "4471b"]
+
+
+def test_numbered_figures_and_tables_become_distinct_keywords():
+    assert "figure_3" in tokenize("See Fig. 3 below") and "figure_3" in tokenize("Figure 3: results")
+    assert "figure_3" not in tokenize("Table 3") and "table_3" in tokenize("Table 3")
+
+
+def test_page_references_read_numbers_words_and_positions():
+    assert page_references("On page 14 and the cover page, and the second last page?", 20) == {1, 14, 19}
+    assert page_references("How many cars appear on page three?", 20) == {3}
+    assert page_references("Compare pages 3 and 5", 20) == {3, 5}
+    assert page_references("What is on the last page?", 20) == {20}
+    assert page_references("page 99", 20) == set()  # beyond the document
 
 
 def test_sparse_bm25_scores_equal_rank_bm25():
@@ -61,7 +74,8 @@ def catalogue_pdf(tmp_path) -> Path:
 
 
 def page_rank(ranking, retriever, page):
-    pages = [retriever._metas[retriever._row_of[i]]["page"] for i, _ in ranking]
+    """1-based rank of ``page`` in a leg's page ranking, else None."""
+    pages = [entry[0][1] for entry in ranking]
     return pages.index(page) + 1 if page in pages else None
 
 
@@ -84,6 +98,14 @@ def test_paraphrase_with_no_shared_word_is_found_by_meaning(store, embedder, cat
     assert page_rank(retriever.semantic(question), retriever, 7) == 1
     top = retriever.search(question, k=3)[0]
     assert top.page == 7 and "semantic_rank" in top.trace and "bm25_rank" not in top.trace
+
+
+def test_a_question_naming_a_page_ranks_that_page_first(store, embedder, catalogue_pdf):
+    ingest.ingest_pdf(catalogue_pdf, store, embedder)
+    retriever = Retriever(store, embedder)
+    top = retriever.search("Which part number is listed on page 4?", k=3)[0]
+    assert top.page == 4 and top.trace["page_ref_rank"] == 1
+    assert retriever.search("Which part number is listed on page 4?", k=3, page_refs=False)[0].trace.get("page_ref_rank") is None
 
 
 def test_hits_carry_location_and_trace_and_one_hit_per_page(store, embedder, catalogue_pdf):
@@ -113,7 +135,7 @@ def test_removing_a_document_removes_it_from_both_legs(store, embedder, catalogu
     assert any(h.collection == catalogue for h in retriever.search("XK-4471B valve", k=5))
     ingest.delete_document(store, catalogue)
     retriever.refresh()
-    owners = lambda ranking: {retriever._owners[retriever._row_of[i]] for i, _ in ranking}  # noqa: E731
+    owners = lambda ranking: {entry[0][0] for entry in ranking}  # noqa: E731
     assert owners(retriever.keyword("XK-4471B valve lighthouse")) == {facts}
     assert owners(retriever.semantic("XK-4471B valve")) == {facts}
     assert {h.collection for h in retriever.search("XK-4471B valve", k=5)} == {facts}
