@@ -4,7 +4,7 @@ Flow of one run of this script (Streamlit re-runs it top to bottom on every
 interaction):
 
     sidebar: uploads -> ingest.ingest_pdf() with a progress bar -> library list
-    main:    st.chat_input -> nearest passages from every document -> cited results
+    main:    st.chat_input -> retriever.Retriever.search() (hybrid) -> cited passages
 
 Heavy objects (the embedder, the Chroma client) live behind
 ``st.cache_resource``; what a person has done lives in ``st.session_state``.
@@ -20,6 +20,7 @@ import streamlit as st
 import config
 import ingest
 import models
+from retriever import Retriever
 
 config.setup_logging()
 st.set_page_config(page_title="Chat with your PDFs", page_icon="📄", layout="wide")
@@ -33,6 +34,11 @@ def store():
 @st.cache_resource
 def embedder():
     return models.get_embeddings()
+
+
+@st.cache_resource
+def retriever() -> Retriever:
+    return Retriever(store(), embedder())
 
 
 def ingest_upload(upload) -> None:
@@ -56,18 +62,6 @@ def ingest_upload(upload) -> None:
                 return
         note = "already in the library" if result.cached else f"{result.pages} pages, {result.chunks} passages"
         status.update(label=f"{upload.name}: searchable ({note})", state="complete", expanded=False)
-
-
-def search(question: str, k: int) -> list[dict]:
-    """The ``k`` passages nearest to ``question`` across all documents."""
-    vector = embedder().embed_query(question)
-    hits = []
-    for doc in ingest.list_documents(store()):
-        col = ingest.open_collection(store(), doc["collection"], embedder())
-        got = col.query(query_embeddings=[vector], n_results=min(k, col.count()))
-        for text, meta, dist in zip(got["documents"][0], got["metadatas"][0], got["distances"][0]):
-            hits.append({"text": text, "score": 1 - dist, **meta})
-    return sorted(hits, key=lambda h: -h["score"])[:k]
 
 
 def sidebar() -> None:
@@ -101,9 +95,9 @@ def main() -> None:
     st.session_state.messages.append({"role": "user", "content": question})
     with st.chat_message("user"):
         st.markdown(question)
-    hits = search(question, config.TOP_K)
+    hits = retriever().search(question, config.TOP_K)
     if hits:
-        reply = "\n\n".join(f"**{h['doc_name']} · p. {h['page']}** — {h['text'][:400]}" for h in hits)
+        reply = "\n\n".join(f"**{h.doc_name} · p. {h.page}** — {h.text[:400]}" for h in hits)
     else:
         reply = "Your library is empty: add a PDF in the sidebar first."
     st.session_state.messages.append({"role": "assistant", "content": reply})
