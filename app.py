@@ -60,6 +60,7 @@ def ingest_upload(upload) -> None:
                 status.update(label=f"{upload.name}: not added", state="error")
                 st.error(str(err))
                 return
+        retriever().refresh()
         note = "already in the library" if result.cached else f"{result.pages} pages, {result.chunks} passages"
         status.update(label=f"{upload.name}: searchable ({note})", state="complete", expanded=False)
 
@@ -79,6 +80,7 @@ def sidebar() -> None:
         col1.markdown(f"**{doc['doc_name']}**  \n{doc['pages']} pages · {doc['chunks']} passages · {doc['ocr_pages']} OCR")
         if col2.button("✕", key=f"rm-{doc['collection']}", help="Remove from library"):
             ingest.delete_document(store(), doc["collection"])
+            retriever().refresh()
             st.rerun()
 
 

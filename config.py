@@ -110,6 +110,7 @@ ENRICH_MAX_TOKENS = _env("ENRICH_MAX_TOKENS", 96)
 TOP_K = _env("TOP_K", 5)  # pages shown and cited per question
 CANDIDATES = _env("CANDIDATES", 50)  # chunks each leg hands to the fusion
 RRF_K = _env("RRF_K", 60)  # Reciprocal Rank Fusion constant: 1 / (RRF_K + rank)
+INDEX_CHECK_SECONDS = _env("INDEX_CHECK_SECONDS", 5.0)  # how often search looks for documents added elsewhere
 PAGE_REFS = _env("PAGE_REFS", True)  # a question naming "page 14" / "the cover page" ranks that page
 NUMBERED_REFS = _env("NUMBERED_REFS", True)  # "Fig. 3" and "Figure 3" become one keyword, distinct from "Table 3"
 BM25_K1 = _env("BM25_K1", 1.5)

@@ -2,7 +2,7 @@
 
 One question flows like this:
 
-    question -> embed -> cosine top-N chunks from each document's collection -> pages  (semantic leg)
+    question -> embed -> cosine top-N chunks of the in-scope documents -> pages       (semantic leg)
              -> tokenize -> BM25 over every page's title + keywords + text           (keyword leg)
              -> pages the question names outright ("page 14", "cover page")         (page leg)
              -> Reciprocal Rank Fusion of the three page rankings
@@ -13,9 +13,10 @@ names, numbers) that people search for; the semantic leg finds paraphrases
 that share no word with the page. A ``scope`` (a list of collection names)
 restricts both legs to chosen documents.
 
-The BM25 index lives in memory and is rebuilt from the store whenever the set
-of complete documents (or their page labels) changes, so it never holds a
-removed document. Results are deduplicated by (document, page) by construction. Scores are exactly rank-bm25's BM25Okapi (a test checks it),
+ChromaDB is the store of record; the retriever keeps an in-memory copy of each
+document's chunks, vectors and page tokens, read once per document and dropped
+when the document goes, and re-stacks its matrices whenever the set of complete
+documents (or their page labels) changes, so it never holds a removed document. Results are deduplicated by (document, page) by construction. Scores are exactly rank-bm25's BM25Okapi (a test checks it),
 computed as one sparse matrix product so a query stays in milliseconds at
 100k chunks where rank-bm25's Python loop takes hundreds.
 """
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -153,6 +155,15 @@ class Hit:
 PageKey = tuple[str, int]  # (collection name, 1-based page number)
 
 
+def _top_indices(scores: np.ndarray, n: int) -> list[int]:
+    """Indices of the ``n`` largest scores, largest first (argpartition: no full sort)."""
+    if len(scores) > n:
+        candidates = np.argpartition(-scores, n)[:n]
+    else:
+        candidates = np.arange(len(scores))
+    return sorted(candidates.tolist(), key=lambda i: -scores[i])
+
+
 class Retriever:
     """Search the complete documents of one store; see the module docstring for the flow.
 
@@ -166,40 +177,76 @@ class Retriever:
         self.client = client or ingest.get_client()
         self.embedder = embedder or models.get_embeddings()
         self._signature: tuple | None = None
-        self._collections: dict[str, object] = {}
+        self._checked_at = 0.0
+        self._loaded: dict[tuple, dict] = {}  # (collection, enriched pages) -> its chunks, vectors, pages
         self._embed_query = lru_cache(maxsize=1024)(self.embedder.embed_query)  # follow-ups and evals repeat queries
 
-    # -- keeping the keyword index in step with the store --------------------
+    # -- keeping the in-memory index in step with the store ------------------
 
     def _library_signature(self) -> tuple:
         docs = ingest.list_documents(self.client)
         return tuple((d["collection"], d.get("enriched_pages", 0)) for d in docs)
 
+    def _load_collection(self, name: str) -> dict:
+        """One document's chunks, vectors and per-page BM25 tokens, read from the store."""
+        col = ingest.open_collection(self.client, name, self.embedder)
+        got = col.get(include=["documents", "metadatas", "embeddings"])
+        pages: dict[int, list[int]] = {}
+        for row, meta in enumerate(got["metadatas"]):
+            pages.setdefault(meta["page"], []).append(row)
+        page_tokens = {}
+        for page, rows in pages.items():
+            meta = got["metadatas"][rows[0]]
+            text = " ".join([meta.get("title", ""), meta.get("keywords", "")] + [got["documents"][r] for r in rows])
+            page_tokens[page] = tokenize(text)
+        return {
+            "collection": col,
+            "ids": got["ids"],
+            "texts": got["documents"],
+            "metas": got["metadatas"],
+            "vectors": np.asarray(got["embeddings"], dtype=np.float32),
+            "page_tokens": page_tokens,
+        }
+
+    def _refresh_if_stale(self) -> None:
+        """Look at the store at most every INDEX_CHECK_SECONDS: listing 200 collections costs ~100 ms."""
+        if time.monotonic() - self._checked_at >= config.INDEX_CHECK_SECONDS:
+            self.refresh()
+
     def refresh(self) -> None:
-        """Rebuild the in-memory index if documents were added, removed or labelled since last time."""
+        """Bring the index up to date if documents were added, removed or labelled since last time.
+
+        Call it after changing the store in this process; changes made by other
+        processes are picked up within INDEX_CHECK_SECONDS. Only new or relabelled
+        documents are read from the store; the BM25 matrix and the vector matrix
+        are then re-stacked from what is cached.
+        """
+        self._checked_at = time.monotonic()
         signature = self._library_signature()
         if signature == self._signature:
             return
-        self._collections = {
-            name: ingest.open_collection(self.client, name, self.embedder) for name, _ in signature
-        }
+        self._loaded = {key: self._loaded.get(key) or self._load_collection(key[0]) for key in signature}
+        self._collections = {name: self._loaded[(name, e)]["collection"] for name, e in signature}
         self._chunks: dict[str, tuple[str, dict, str]] = {}  # chunk id -> (text, metadata, collection)
         self._page_chunks: dict[PageKey, list[str]] = {}
-        for name, col in self._collections.items():
-            got = col.get(include=["documents", "metadatas"])
-            for chunk_id, text, meta in zip(got["ids"], got["documents"], got["metadatas"]):
+        self._owner_code = {name: code for code, (name, _) in enumerate(self._loaded)}
+        ids, vectors, page_tokens, row_owner = [], [], [], []
+        for (name, _), part in self._loaded.items():
+            for chunk_id, text, meta in zip(part["ids"], part["texts"], part["metas"]):
                 self._chunks[chunk_id] = (text, meta, name)
                 self._page_chunks.setdefault((name, meta["page"]), []).append(chunk_id)
-        self._pages = list(self._page_chunks)
-        self._page_owner = np.array([name for name, _ in self._pages])
-        self._bm25 = SparseBM25([tokenize(self._page_bm25_text(key)) for key in self._pages])
+            row_owner += [self._owner_code[name]] * len(part["ids"])
+            ids += part["ids"]
+            vectors.append(part["vectors"].reshape(len(part["ids"]), -1))
+            page_tokens += [((name, page), tokens) for page, tokens in part["page_tokens"].items()]
+        self._ids = ids
+        self._vectors = np.concatenate(vectors) if vectors else np.zeros((0, 1), dtype=np.float32)
+        self._pages = [key for key, _ in page_tokens]
+        self._row_owner = np.array(row_owner, dtype=np.int32)
+        self._page_owner = np.array([self._owner_code[name] for name, _ in self._pages], dtype=np.int32)
+        self._bm25 = SparseBM25([tokens for _, tokens in page_tokens])
         self._signature = signature
-        log.info("Index rebuilt: %d documents, %d pages, %d chunks", len(self._collections), len(self._pages), len(self._chunks))
-
-    def _page_bm25_text(self, key: PageKey) -> str:
-        chunks = [self._chunks[i] for i in self._page_chunks[key]]
-        meta = chunks[0][1]
-        return " ".join([meta.get("title", ""), meta.get("keywords", "")] + [text for text, _, _ in chunks])
+        log.info("Index rebuilt: %d documents, %d pages, %d chunks", len(self._collections), len(self._pages), len(ids))
 
     def _in_scope(self, scope: list[str] | None) -> list[str]:
         return [c for c in self._collections if scope is None or c in scope]
@@ -207,34 +254,44 @@ class Retriever:
     # -- the legs -------------------------------------------------------------
 
     def semantic(self, question: str, scope: list[str] | None = None, n: int | None = None) -> list[tuple[PageKey, float, str]]:
-        """(page, cosine similarity of its best chunk, that chunk's id), best first, over in-scope documents."""
-        self.refresh()
+        """(page, cosine similarity of its best chunk, that chunk's id), best first, over in-scope documents.
+
+        Exact cosine over the stored vectors held in memory (they are unit length,
+        so a dot product): one matrix-vector product instead of one ChromaDB query
+        per document, which measured 580 ms at 100k chunks in 200 documents.
+        """
+        self._refresh_if_stale()
         n = n or config.CANDIDATES
-        vector = self._embed_query(question)
-        found = []
-        for name in self._in_scope(scope):
-            col = self._collections[name]
-            got = col.query(query_embeddings=[vector], n_results=min(n, col.count()), include=["distances"])
-            found += [(i, 1.0 - d) for i, d in zip(got["ids"][0], got["distances"][0])]
+        similarity = self._vectors @ np.asarray(self._embed_query(question), dtype=np.float32)
+        if scope is not None:
+            similarity[~self._scope_mask(self._row_owner, scope)] = -np.inf
+        best = _top_indices(similarity, n)
         pages: dict[PageKey, tuple[PageKey, float, str]] = {}
-        for chunk_id, similarity in sorted(found, key=lambda x: -x[1])[:n]:
+        for i in best:
+            if similarity[i] == -np.inf:  # out of scope: fewer than n chunks were in scope
+                break
+            chunk_id = self._ids[i]
             _, meta, owner = self._chunks[chunk_id]
-            pages.setdefault((owner, meta["page"]), ((owner, meta["page"]), similarity, chunk_id))
+            pages.setdefault((owner, meta["page"]), ((owner, meta["page"]), float(similarity[i]), chunk_id))
         return list(pages.values())
 
     def keyword(self, question: str, scope: list[str] | None = None, n: int | None = None) -> list[tuple[PageKey, float]]:
         """(page, BM25 score) best first, only pages that share a term with the question."""
-        self.refresh()
+        self._refresh_if_stale()
         n = n or config.CANDIDATES
         scores = self._bm25.get_scores(tokenize(question))
         if scope is not None:
-            scores = np.where(np.isin(self._page_owner, list(scope)), scores, 0.0)
-        best = np.argsort(-scores)[:n]
-        return [(self._pages[i], float(scores[i])) for i in best if scores[i] > 0]
+            scores[~self._scope_mask(self._page_owner, scope)] = 0.0
+        return [(self._pages[i], float(scores[i])) for i in _top_indices(scores, n) if scores[i] > 0]
+
+    def _scope_mask(self, owner_codes: np.ndarray, scope: list[str]) -> np.ndarray:
+        """Which rows belong to the documents in ``scope`` (owners stored as small ints)."""
+        codes = [self._owner_code[c] for c in scope if c in self._owner_code]
+        return np.isin(owner_codes, codes)
 
     def named_pages(self, question: str, scope: list[str] | None, semantic: list[tuple[PageKey, float, str]]) -> list[PageKey]:
         """Pages the question names ("page 14", "cover page") in each in-scope document, best semantic match first."""
-        self.refresh()
+        self._refresh_if_stale()
         sem_rank = {key: rank for rank, (key, _, _) in enumerate(semantic)}
         named = [
             (name, page)

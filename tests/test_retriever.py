@@ -122,6 +122,7 @@ def test_scope_filter_keeps_other_documents_out_of_both_legs(store, embedder, ca
     catalogue = ingest.ingest_pdf(catalogue_pdf, store, embedder).collection
     facts = ingest.ingest_pdf(three_page_pdf, store, embedder).collection
     retriever = Retriever(store, embedder)
+    retriever.refresh()
     question = "part XK-4471B lighthouse keeper railway"
     assert {h.collection for h in retriever.search(question, k=8)} == {catalogue, facts}
     for mode in ("semantic", "bm25", "hybrid"):
@@ -149,6 +150,7 @@ def test_page_labels_join_the_keyword_index_once_written(store, embedder, three_
     got = col.get(where={"page": 3}, include=["metadatas"])
     col.update(ids=got["ids"], metadatas=[{**m, "keywords": "zeppelin", "enriched": True} for m in got["metadatas"]])
     col.modify(metadata={**col.metadata, "enriched_pages": 1})
+    retriever.refresh()  # as the app does after labelling; other processes' changes are seen within seconds
     assert page_rank(retriever.keyword("zeppelin"), retriever, 3) == 1
 
 
