@@ -231,16 +231,25 @@ def ocr_engine(choice: str | None = None) -> OcrEngine | None:
     return None
 
 
-def page_has_images(page: pymupdf.Page) -> bool:
-    return bool(page.get_images(full=False))
+def image_coverage(page: pymupdf.Page) -> float:
+    """Share of the page's area covered by pictures (overlaps counted twice; capped at 1)."""
+    area = abs(page.rect) or 1
+    covered = sum(abs(pymupdf.Rect(info["bbox"]) & page.rect) for info in page.get_image_info())
+    return min(covered / area, 1.0)
 
 
-def extract_page(page: pymupdf.Page, ocr: OcrEngine | None) -> Page:
-    """The text of one page: its text layer, else OCR of its picture, else empty."""
+def needs_ocr(page: pymupdf.Page, text: str) -> bool:
+    """A page is OCR'd when its words are likely in a picture: almost no text layer and
+    some image, or a sparse text layer (a stamp, a page number) over a mostly-image page."""
+    if len(text) >= config.OCR_SPARSE_TEXT_CHARS:
+        return False
+    coverage = image_coverage(page)
+    return coverage > 0 and (len(text) < config.MIN_TEXT_CHARS or coverage >= config.OCR_IMAGE_COVERAGE)
+
+
+def extract_page(page: pymupdf.Page, text: str, ocr: OcrEngine | None) -> Page:
+    """One page's text: the text layer ``text``, or what ``ocr`` reads from its picture when that says more."""
     number = page.number + 1
-    text = page.get_text("text").strip()
-    if len(text) >= config.MIN_TEXT_CHARS or not page_has_images(page):
-        return Page(number, text, "text" if text else "empty")
     if ocr is None:
         return Page(number, text, "text" if text else "empty")
     lines, offsets, pos = [], [], 0
@@ -531,10 +540,11 @@ def _write_pages(doc, collection, embedder, sha256, doc_name, progress) -> dict:
             t = time.perf_counter()
             try:
                 page = doc.load_page(number)
-                needs_ocr = len(page.get_text("text").strip()) < config.MIN_TEXT_CHARS and page_has_images(page)
-                if needs_ocr and ocr is None:
+                text = page.get_text("text").strip()
+                wants_ocr = needs_ocr(page, text)
+                if wants_ocr and ocr is None:
                     ocr = ocr_engine()
-                pages.append(extract_page(page, ocr if needs_ocr else None))
+                pages.append(extract_page(page, text, ocr if wants_ocr else None))
             except IngestError:
                 raise
             except Exception as err:

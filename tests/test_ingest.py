@@ -108,6 +108,17 @@ def test_image_only_page_is_ocrd_per_page_with_line_boxes(store, embedder, tmp_p
     assert top_page(col, embedder, "When was the transatlantic telegraph cable laid?") == 2
 
 
+def test_scan_with_a_small_stamp_in_its_text_layer_is_still_ocrd(store, embedder, tmp_path):
+    doc = pymupdf.open()
+    image_only_page(doc, "The defendant signed the agreement on March 3rd in the presence of two witnesses.")
+    doc[0].insert_text((40, 20), "Case 1:21-cv-0042 Document 7 Filed 05/01/21")  # the stamp a court filing adds
+    doc.save(tmp_path / "filing.pdf")
+    result = ingest.ingest_pdf(tmp_path / "filing.pdf", store, embedder)
+    assert result.ocr_pages == 1
+    text = " ".join(ingest.open_collection(store, result.collection, embedder).get()["documents"])
+    assert "witnesses" in text
+
+
 def test_scanned_bench_pdf_is_ocrd(store, embedder):
     result = ingest.ingest_pdf(BENCH_DIR / "misc" / "scan_c03-29.pdf", store, embedder)
     col = ingest.open_collection(store, result.collection, embedder)
