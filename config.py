@@ -96,6 +96,7 @@ CHUNK_OVERLAP = _env("CHUNK_OVERLAP", 120)  # characters carried over between ch
 MIN_TEXT_CHARS = _env("MIN_TEXT_CHARS", 20)  # fewer on a page with images -> OCR it
 OCR_SPARSE_TEXT_CHARS = _env("OCR_SPARSE_TEXT_CHARS", 300)  # fewer, on a page mostly covered by images -> OCR it
 OCR_IMAGE_COVERAGE = _env("OCR_IMAGE_COVERAGE", 0.5)  # "mostly covered": this share of the page area
+OCR_MIN_DRAWINGS = _env("OCR_MIN_DRAWINGS", 200)  # vector paths on a sparse page that suggest outlined text
 OCR_ENGINE = _env("OCR_ENGINE", "auto")  # auto | rapidocr | tesseract | none
 OCR_MAX_DPI = _env("OCR_MAX_DPI", 200)
 OCR_MAX_PIXELS = _env("OCR_MAX_PIXELS", 2000)  # long side of the rendered page

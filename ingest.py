@@ -239,12 +239,15 @@ def image_coverage(page: pymupdf.Page) -> float:
 
 
 def needs_ocr(page: pymupdf.Page, text: str) -> bool:
-    """A page is OCR'd when its words are likely in a picture: almost no text layer and
-    some image, or a sparse text layer (a stamp, a page number) over a mostly-image page."""
+    """A page is OCR'd when its words are likely in a picture or drawn as outlines: almost no
+    text layer and some image; a sparse text layer (a stamp, a page number) over a
+    mostly-image page; or a sparse text layer beside hundreds of vector paths."""
     if len(text) >= config.OCR_SPARSE_TEXT_CHARS:
         return False
     coverage = image_coverage(page)
-    return coverage > 0 and (len(text) < config.MIN_TEXT_CHARS or coverage >= config.OCR_IMAGE_COVERAGE)
+    if coverage > 0 and (len(text) < config.MIN_TEXT_CHARS or coverage >= config.OCR_IMAGE_COVERAGE):
+        return True
+    return len(page.get_drawings()) >= config.OCR_MIN_DRAWINGS
 
 
 def extract_page(page: pymupdf.Page, text: str, ocr: OcrEngine | None) -> Page:

@@ -119,6 +119,19 @@ def test_scan_with_a_small_stamp_in_its_text_layer_is_still_ocrd(store, embedder
     assert "witnesses" in text
 
 
+def test_words_drawn_as_vector_outlines_are_ocrd(store, embedder, tmp_path):
+    scratch = pymupdf.open()
+    bankers = "Bankers: State Bank of India, Bank of Baroda, Bank of India, Citibank N.A., State Bank of Hyderabad, "
+    scratch.new_page().insert_textbox(pymupdf.Rect(50, 50, 545, 700), bankers * 3, fontsize=14)
+    svg = scratch[0].get_svg_image(text_as_path=True)  # every glyph becomes a path, as in some annual reports
+    outlined = pymupdf.open("pdf", pymupdf.open(stream=svg.encode(), filetype="svg").convert_to_pdf())
+    assert outlined[0].get_text().strip() == "" and len(outlined[0].get_drawings()) >= 200
+    outlined.save(tmp_path / "outlined.pdf")
+    result = ingest.ingest_pdf(tmp_path / "outlined.pdf", store, embedder)
+    text = " ".join(ingest.open_collection(store, result.collection, embedder).get()["documents"])
+    assert result.ocr_pages == 1 and "Baroda" in text
+
+
 def test_scanned_bench_pdf_is_ocrd(store, embedder):
     result = ingest.ingest_pdf(BENCH_DIR / "misc" / "scan_c03-29.pdf", store, embedder)
     col = ingest.open_collection(store, result.collection, embedder)
