@@ -115,6 +115,7 @@ CANDIDATES = _env("CANDIDATES", 50)  # chunks each leg hands to the fusion
 RRF_K = _env("RRF_K", 60)  # Reciprocal Rank Fusion constant: 1 / (RRF_K + rank)
 INDEX_CHECK_SECONDS = _env("INDEX_CHECK_SECONDS", 5.0)  # how often search looks for documents added elsewhere
 PAGE_REFS = _env("PAGE_REFS", True)  # a question naming "page 14" / "the cover page" ranks that page
+KEYWORD_SEAT = _env("KEYWORD_SEAT", True)  # the best BM25 page always gets one of the k places
 NUMBERED_REFS = _env("NUMBERED_REFS", True)  # "Fig. 3" and "Figure 3" become one keyword, distinct from "Table 3"
 BM25_K1 = _env("BM25_K1", 1.5)
 BM25_B = _env("BM25_B", 0.75)

@@ -42,8 +42,10 @@ log = logging.getLogger(__name__)
 ABLATIONS = {
     "semantic": {"mode": "semantic", "page_refs": False},
     "bm25": {"mode": "bm25", "page_refs": False},
-    "hybrid-no-page-refs": {"mode": "hybrid", "page_refs": False},
-    "hybrid": {"mode": "hybrid", "page_refs": True},
+    "hybrid-plain": {"mode": "hybrid", "page_refs": False, "keyword_seat": False},
+    "hybrid-no-page-refs": {"mode": "hybrid", "page_refs": False, "keyword_seat": True},
+    "hybrid-no-keyword-seat": {"mode": "hybrid", "page_refs": True, "keyword_seat": False},
+    "hybrid": {"mode": "hybrid", "page_refs": True, "keyword_seat": True},
 }
 DEFAULT_QUESTIONS = Path(config.INPUT_DATA_DIR) / "eval_questions.json"
 DEFAULT_STORE = config.BASE_DIR / "chroma_store_eval"

@@ -73,7 +73,7 @@ def page_references(question: str, page_count: int) -> set[int]:
     page_references("On page 14 and the cover page, and the second last page?", 20) -> {1, 14, 19}
     """
     q = question.lower()
-    pages = {int(n) for n in re.findall(r"\b(?:pages?|p\.|pp\.)\s*(\d{1,4})\b", q)}
+    pages = {int(n) for n in re.findall(r"\b(?:pages?|slides?|p\.|pp\.)\s*(\d{1,4})\b", q)}
     pages |= {int(n) for n in re.findall(r"\bpages?\s+\d{1,4}\s*(?:and|,|-|to)\s*(\d{1,4})", q)}
     pages |= {_NUMBER_WORDS[w] for w in re.findall(r"\bpage\s+(" + "|".join(_NUMBER_WORDS) + r")\b", q)}
     pages |= {_ORDINALS[w] for w in re.findall(r"\b(" + "|".join(_ORDINALS) + r")\s+page\b", q)}
@@ -310,15 +310,20 @@ class Retriever:
         scope: list[str] | None = None,
         mode: str = "hybrid",
         page_refs: bool | None = None,
+        keyword_seat: bool | None = None,
     ) -> list[Hit]:
         """The ``k`` best pages for ``question``, each as its best passage, with traces.
 
         ``mode`` is "hybrid", "semantic" or "bm25"; the single-leg modes exist for
         the evaluation's ablations. ``page_refs`` (default config.PAGE_REFS) adds a
-        third ranking to the fusion: the pages the question names.
+        third ranking to the fusion: the pages the question names. ``keyword_seat``
+        (default config.KEYWORD_SEAT) keeps the keyword leg's best page in the
+        results even when fusion ranks it below k: RRF otherwise lets pages that are
+        middling in both legs push out the one page that matches the exact terms.
         """
         k = k or config.TOP_K
         page_refs = config.PAGE_REFS if page_refs is None else page_refs
+        keyword_seat = config.KEYWORD_SEAT if keyword_seat is None else keyword_seat
         semantic = self.semantic(question, scope) if mode != "bm25" or page_refs else []
         keyword = self.keyword(question, scope) if mode != "semantic" else []
         named = self.named_pages(question, scope, semantic) if page_refs else []
@@ -334,6 +339,9 @@ class Retriever:
             trace[key].update(page_ref_rank=rank)
         best_chunk = {key: chunk_id for key, _, chunk_id in semantic}
         top = sorted(fused, key=lambda key: -fused[key])[:k]
+        if keyword_seat and mode == "hybrid" and keyword and keyword[0][0] not in top:
+            top[-1] = keyword[0][0]
+            trace[top[-1]]["keyword_seat"] = True
         return [
             self._hit(best_chunk.get(key) or self._best_keyword_chunk(key, question), fused[key], trace[key])
             for key in top

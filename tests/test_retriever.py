@@ -41,6 +41,7 @@ def test_page_references_read_numbers_words_and_positions():
     assert page_references("How many cars appear on page three?", 20) == {3}
     assert page_references("Compare pages 3 and 5", 20) == {3, 5}
     assert page_references("What is on the last page?", 20) == {20}
+    assert page_references("the chart in slide 7", 20) == {7}
     assert page_references("page 99", 20) == set()  # beyond the document
 
 
@@ -106,6 +107,25 @@ def test_a_question_naming_a_page_ranks_that_page_first(store, embedder, catalog
     top = retriever.search("Which part number is listed on page 4?", k=3)[0]
     assert top.page == 4 and top.trace["page_ref_rank"] == 1
     assert retriever.search("Which part number is listed on page 4?", k=3, page_refs=False)[0].trace.get("page_ref_rank") is None
+
+
+def test_the_best_keyword_page_always_keeps_a_seat(store, embedder, catalogue_pdf, three_page_pdf):
+    ingest.ingest_pdf(catalogue_pdf, store, embedder)
+    ingest.ingest_pdf(three_page_pdf, store, embedder)
+    retriever = Retriever(store, embedder)
+    questions = [
+        "Which vehicle servicing applies to valve XK-4417B?",
+        "How often must a car with pump part XK-7441B be maintained by a mechanic?",
+        "Who looked after the lamp, and does valve XK-4741B fit?",
+    ]
+    bumped = 0
+    for question in questions:
+        best_keyword_page = retriever.keyword(question)[0][0]
+        seated = [(h.collection, h.page) for h in retriever.search(question, k=1)]
+        plain = [(h.collection, h.page) for h in retriever.search(question, k=1, keyword_seat=False)]
+        assert best_keyword_page in seated
+        bumped += best_keyword_page not in plain
+    assert bumped >= 1  # without the seat, fusion did push the exact match out
 
 
 def test_hits_carry_location_and_trace_and_one_hit_per_page(store, embedder, catalogue_pdf):
