@@ -2,6 +2,7 @@
 
     python eval_retrieval.py [--questions FILE] [--pdf-dir DIR] [--scope doc|library|both]
                              [--k 5] [--json OUT] [--report OUT.md] [--store DIR] [--limit N]
+                             [--chunk-size CHARS --chunk-overlap CHARS]
 
 Data flow: questions (JSON list or JSONL: question, doc, pages 1-based, optional
 category) -> ingest each needed PDF once into an evaluation store (cached by
@@ -17,6 +18,10 @@ semantic similarity they get is what a refusal threshold must beat).
 Metrics at k: hit@k (a gold page is in the top k), recall@k (share of gold pages
 found), precision@k (share of the k pages that are gold), MRR (1 / rank of the
 first gold page, 0 if none in the top k).
+
+Chunking policies (``ingest.chunk_page``'s size and overlap) are compared by
+running once per policy with --chunk-size/--chunk-overlap: each policy gets its
+own store beside the default one, since a PDF's collection name is its hash.
 """
 
 from __future__ import annotations
@@ -240,8 +245,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", type=Path, help="Markdown report (default: beside --json, else eval_report.md)")
     parser.add_argument("--store", type=Path, default=DEFAULT_STORE, help="evaluation store (kept between runs)")
     parser.add_argument("--limit", type=int, help="only the first N questions")
+    parser.add_argument("--chunk-size", type=int, help="compare a chunking policy (own store per policy)")
+    parser.add_argument("--chunk-overlap", type=int)
     args = parser.parse_args(argv)
     config.setup_logging(logging.WARNING)
+    if args.chunk_size or args.chunk_overlap is not None:
+        config.CHUNK_SIZE = args.chunk_size or config.CHUNK_SIZE
+        config.CHUNK_OVERLAP = config.CHUNK_OVERLAP if args.chunk_overlap is None else args.chunk_overlap
+        args.store = args.store.with_name(f"{args.store.name}-chunks{config.CHUNK_SIZE}-{config.CHUNK_OVERLAP}")
     config.CHROMA_PERSIST_DIR = str(args.store)  # locks and store live beside the evaluation store
 
     questions = load_questions(args.questions)[: args.limit]

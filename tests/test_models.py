@@ -14,11 +14,15 @@ import config
 import models
 
 
-def test_default_embedded_llm_assembles_verifies_and_reads_as_gguf():
+def test_default_embedded_llm_assembles_verifies_and_opens_in_llama_cpp():
+    from llama_cpp import Llama
+
     path = models.embedded_gguf_path(config.EMBEDDED_LLM)
     spec = config.EMBEDDED_LLMS[config.EMBEDDED_LLM]
     assert path.stat().st_size == spec["size"]
     assert models.read_gguf_metadata(path)["general.architecture"] == spec["architecture"]
+    vocab = Llama(model_path=str(path), vocab_only=True, verbose=False)  # the app's default model really loads
+    assert len(vocab.tokenize(b"Hello world")) >= 2
 
 
 def test_a_model_that_does_not_match_its_pinned_hash_is_refused(tmp_path, monkeypatch):
