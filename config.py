@@ -132,6 +132,15 @@ STOPWORDS = _env(
 )
 
 # -----------------------------------------------------------------------------
+# Answering (qa.py)
+HISTORY_TURNS = _env("HISTORY_TURNS", 3)  # earlier question/answer pairs shown to the model
+REFUSAL_MIN_SIMILARITY = _env("REFUSAL_MIN_SIMILARITY", 0.3)  # below this best cosine: "not found", no LLM call
+SUPPORT_MIN_OVERLAP = _env("SUPPORT_MIN_OVERLAP", 0.5)  # share of a sentence's words found in its passage
+SUPPORT_MIN_SIMILARITY = _env("SUPPORT_MIN_SIMILARITY", 0.6)  # or: cosine of sentence and passage
+SUPPORT_MIN_WORDS = _env("SUPPORT_MIN_WORDS", 3)  # shorter sentences ("Yes.") are not judged
+REFUSE_PERSONAL_DATA = _env("REFUSE_PERSONAL_DATA", False)  # refuse questions with SSNs, cards, e-mails, phones
+
+# -----------------------------------------------------------------------------
 # Logging
 
 

@@ -420,6 +420,13 @@ def chat_model_label(model: BaseChatModel) -> str:
     return f"Ollama {getattr(model, 'model', '?')}"
 
 
+def count_tokens(model: BaseChatModel, text: str) -> int:
+    """Tokens ``text`` costs ``model``: exact for the embedded model, a safe over-estimate for Ollama."""
+    if isinstance(model, EmbeddedChatModel):
+        return model.count_tokens(text)
+    return len(text) // 3 + 1  # Llama-family tokenizers average ~4 chars per token on English
+
+
 def with_max_tokens(model: BaseChatModel, max_tokens: int) -> BaseChatModel:
     """A copy of ``model`` that stops after ``max_tokens`` (short jobs like page labels)."""
     if isinstance(model, EmbeddedChatModel):

@@ -50,6 +50,12 @@ def llm() -> models.EmbeddedChatModel:
     return models.EmbeddedChatModel.load(TEST_LLM)
 
 
+@pytest.fixture(scope="session")
+def default_llm() -> models.EmbeddedChatModel:
+    """The app's default embedded model, for the few tests where answer quality is the point."""
+    return models.EmbeddedChatModel.load(config.EMBEDDED_LLM)
+
+
 @pytest.fixture
 def store(tmp_path, monkeypatch):
     """A real, empty ChromaDB store on disk; config points at it."""
