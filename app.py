@@ -1,10 +1,11 @@
-"""The Streamlit page: upload PDFs, watch them become searchable, search them.
+"""The Streamlit page: upload PDFs, watch them become searchable, ask, read cited answers.
 
 Flow of one run of this script (Streamlit re-runs it top to bottom on every
 interaction):
 
-    sidebar: uploads -> ingest.ingest_pdf() with a progress bar -> library list
-    main:    st.chat_input -> retriever.Retriever.search() (hybrid) -> cited passages
+    sidebar: uploads -> ingest.ingest_pdf() with a progress bar -> library list, scope
+    main:    replay the chat -> st.chat_input -> qa.ask() streamed by st.write_stream
+             -> citations (verified, inferred, unsupported), confidence, rewritten query
 
 Heavy objects (the embedder, the Chroma client) live behind
 ``st.cache_resource``; what a person has done lives in ``st.session_state``.
@@ -20,6 +21,7 @@ import streamlit as st
 import config
 import ingest
 import models
+import qa
 from retriever import Retriever
 
 config.setup_logging()
@@ -39,6 +41,11 @@ def embedder():
 @st.cache_resource
 def retriever() -> Retriever:
     return Retriever(store(), embedder())
+
+
+@st.cache_resource
+def chat_model():
+    return models.get_chat_model()
 
 
 def ingest_upload(upload) -> None:
@@ -65,7 +72,8 @@ def ingest_upload(upload) -> None:
         status.update(label=f"{upload.name}: searchable ({note})", state="complete", expanded=False)
 
 
-def sidebar() -> None:
+def sidebar() -> list[str] | None:
+    """Uploads, the library and the scope; returns the chosen collections (None: all)."""
     st.sidebar.header("Your documents")
     uploads = st.sidebar.file_uploader("Add PDFs", type=["pdf"], accept_multiple_files=True)
     done = st.session_state.setdefault("ingested_uploads", set())
@@ -82,29 +90,64 @@ def sidebar() -> None:
             ingest.delete_document(store(), doc["collection"])
             retriever().refresh()
             st.rerun()
+    docs = {d["doc_name"]: d["collection"] for d in ingest.list_documents(store())}
+    chosen = st.sidebar.multiselect("Ask only these documents", sorted(docs), help="Empty: the whole library")
+    return [docs[name] for name in chosen] or None
+
+
+def citation_lines(answer: qa.Answer) -> list[str]:
+    """Markdown lines under an answer: citation chips, unsupported sentences, confidence, rewrite."""
+    lines = []
+    if answer.citations:
+        chips = [
+            f"`{c.doc_name} · p. {c.page}`" + (" ✓" if c.verified else " ⚠ not supported") + (" (inferred)" if c.inferred else "")
+            for c in answer.citations
+        ]
+        lines.append("Sources: " + "  ".join(chips))
+    lines += [f"⚠ *Not backed by the cited page:* {s.text}" for s in answer.sentences if s.supported is False]
+    if answer.confidence is not None:
+        lines.append(f"Confidence: {answer.confidence:.0%} of checked sentences are supported")
+    if answer.rewritten_query:
+        lines.append(f"Searched for: *{answer.rewritten_query}*")
+    if answer.refused and answer.sources:
+        lines += [f"- `{h.doc_name} · p. {h.page}` {h.text[:200]}" for h in answer.sources]
+    return lines
+
+
+def show_message(message: dict) -> None:
+    with st.chat_message(message["role"]):
+        st.markdown(message["content"])
+        for line in message.get("notes", []):
+            st.caption(line)
 
 
 def main() -> None:
-    sidebar()
+    scope = sidebar()
     st.title("Chat with your PDFs")
     st.session_state.setdefault("messages", [])
     for message in st.session_state.messages:
-        with st.chat_message(message["role"]):
-            st.markdown(message["content"])
+        show_message(message)
     question = st.chat_input("Ask about your documents")
     if not question:
         return
+    if not ingest.list_documents(store()):
+        st.info("Your library is empty: add a PDF in the sidebar first.")
+        return
+    history = [(m["role"], m["content"]) for m in st.session_state.messages]
     st.session_state.messages.append({"role": "user", "content": question})
-    with st.chat_message("user"):
-        st.markdown(question)
-    hits = retriever().search(question, config.TOP_K)
-    if hits:
-        reply = "\n\n".join(f"**{h.doc_name} · p. {h.page}** — {h.text[:400]}" for h in hits)
-    else:
-        reply = "Your library is empty: add a PDF in the sidebar first."
-    st.session_state.messages.append({"role": "assistant", "content": reply})
+    show_message(st.session_state.messages[-1])
     with st.chat_message("assistant"):
-        st.markdown(reply)
+        try:
+            stream = qa.ask(question, retriever(), llm=chat_model(), history=history, scope=scope)
+            st.write_stream(stream)
+        except (models.ModelUnavailableError, ingest.IngestError) as err:
+            st.error(str(err))
+            return
+        answer = stream.result
+        notes = citation_lines(answer)
+        for line in notes:
+            st.caption(line)
+    st.session_state.messages.append({"role": "assistant", "content": answer.text, "notes": notes})
 
 
 main()
