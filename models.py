@@ -420,6 +420,16 @@ def chat_model_label(model: BaseChatModel) -> str:
     return f"Ollama {getattr(model, 'model', '?')}"
 
 
+def explain_failure(err: Exception) -> str:
+    """A plain sentence for a chat model failing mid-request (Ollama gone, model missing, ...)."""
+    text = str(err)
+    if "not found" in text and "model" in text:
+        return f"Ollama does not have the model '{config.LLM_MODEL}'. Run: ollama pull {config.LLM_MODEL}"
+    if isinstance(err, (httpx.ConnectError, ConnectionError)) or "connect" in text.lower():
+        return f"Ollama stopped answering at {config.OLLAMA_BASE_URL}. Start it again, or set LLM_BACKEND=embedded."
+    return f"The language model failed: {text}"
+
+
 def count_tokens(model: BaseChatModel, text: str) -> int:
     """Tokens ``text`` costs ``model``: exact for the embedded model, a safe over-estimate for Ollama."""
     if isinstance(model, EmbeddedChatModel):

@@ -92,7 +92,10 @@ def rewrite_query(llm: BaseChatModel, question: str, history: list[tuple[str, st
         SystemMessage(prompts.REWRITE_SYSTEM),
         HumanMessage(prompts.REWRITE_USER.format(history=history_text(history), question=question)),
     ]
-    reply = models.with_max_tokens(llm, 48).invoke(messages).content.strip().splitlines()
+    try:
+        reply = models.with_max_tokens(llm, 48).invoke(messages).content.strip().splitlines()
+    except Exception as err:  # any transport or server failure
+        raise models.ModelUnavailableError(models.explain_failure(err)) from err
     query = reply[0].strip().strip('"') if reply else ""
     log.info("Rewrote follow-up %r as %r", question, query)
     return query or question
@@ -322,11 +325,14 @@ def ask(
     messages = build_messages(question, sources, history)
 
     def pieces() -> Iterator[str]:
-        for chunk in llm.stream(messages):
-            if answer.first_token_seconds is None:
-                answer.first_token_seconds = time.perf_counter() - t0
-                log.info("First token after %.2fs", answer.first_token_seconds)
-            yield chunk.content
+        try:
+            for chunk in llm.stream(messages):
+                if answer.first_token_seconds is None:
+                    answer.first_token_seconds = time.perf_counter() - t0
+                    log.info("First token after %.2fs", answer.first_token_seconds)
+                yield chunk.content
+        except Exception as err:  # any transport or server failure mid-answer
+            raise models.ModelUnavailableError(models.explain_failure(err)) from err
 
     def finish(text: str) -> Answer:
         answer.text = text.strip()

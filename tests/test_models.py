@@ -70,9 +70,28 @@ class FakeOllama(BaseHTTPRequestHandler):
         else:
             self.send_error(404)
 
+    reply = "The railway reached the town in 1889 [1]."
+
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        if self.path == "/api/embed":
+        if self.path == "/api/chat":
+            if body["model"] not in self.models:
+                self.send_response(404)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(json.dumps({"error": f"model '{body['model']}' not found"}).encode())
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-ndjson")
+            self.end_headers()
+            for word in self.reply.split(" "):
+                line = {"model": body["model"], "created_at": "2026-11-23T00:00:00Z",
+                        "message": {"role": "assistant", "content": word + " "}, "done": False}
+                self.wfile.write((json.dumps(line) + "\n").encode())
+            done = {"model": body["model"], "created_at": "2026-11-23T00:00:00Z", "message": {"role": "assistant", "content": ""},
+                    "done": True, "done_reason": "stop", "total_duration": 1, "prompt_eval_count": 1, "eval_count": 1}
+            self.wfile.write((json.dumps(done) + "\n").encode())
+        elif self.path == "/api/embed":
             inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
             self._json({"model": body["model"], "embeddings": [[float(len(t)), 1.0, 0.0] for t in inputs]})
         else:

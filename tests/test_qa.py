@@ -147,3 +147,43 @@ def test_cli_prints_json_with_citations(tmp_path, three_page_pdf):
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert set(result) >= {"answer", "citations", "confidence", "refused", "rewritten_query", "seconds"}
     assert any(c["page"] == 3 for c in result["citations"])
+
+
+# -----------------------------------------------------------------------------
+# The Ollama route, against a local server speaking Ollama's HTTP API
+
+from test_models import FakeOllama, ollama_server  # noqa: E402,F401  (the fixture is used by name)
+
+
+@pytest.fixture
+def ollama_chat(ollama_server, monkeypatch):
+    monkeypatch.setattr(config, "LLM_BACKEND", "ollama")
+    models.get_chat_model.cache_clear()
+    yield ollama_server
+    models.get_chat_model.cache_clear()
+
+
+def test_ollama_answers_stream_and_get_verified(facts, ollama_chat, monkeypatch):
+    monkeypatch.setattr(ollama_chat, "models", ["llama3.2:3b"])
+    retriever, _ = facts
+    llm = models.get_chat_model()
+    assert type(llm).__name__ == "ChatOllama" and llm.num_ctx == config.LLM_N_CTX
+    answer = qa.answer_question("When did the railway reach the town?", retriever, llm=llm)
+    assert "1889" in answer.text and answer.citations[0].page == 3 and answer.citations[0].verified
+
+
+def test_ollama_missing_model_and_server_down_are_plain_errors(facts, ollama_chat, monkeypatch):
+    retriever, _ = facts
+    monkeypatch.setattr(ollama_chat, "models", [])
+    with pytest.raises(models.ModelUnavailableError, match="ollama pull llama3.2:3b"):
+        models.get_chat_model()
+    monkeypatch.setattr(ollama_chat, "models", ["llama3.2:3b"])
+    llm = models.get_chat_model()
+    monkeypatch.setattr(ollama_chat, "models", [])  # the model vanished after start-up
+    with pytest.raises(models.ModelUnavailableError, match="does not have the model"):
+        qa.answer_question("When did the railway reach the town?", retriever, llm=llm)
+    from langchain_ollama import ChatOllama
+
+    gone = ChatOllama(model="llama3.2:3b", base_url="http://127.0.0.1:9")  # nothing listens there any more
+    with pytest.raises(models.ModelUnavailableError, match="stopped answering"):
+        qa.answer_question("When did the railway reach the town?", retriever, llm=gone)

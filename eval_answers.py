@@ -1,0 +1,138 @@
+"""Score whole answers on questions with known answers, per embedded chat model.
+
+    python eval_answers.py [--questions FILE] [--pdf-dir DIR] [--answerable 40] [--unanswerable 20]
+                           [--models qwen2.5-coder-0.5b qwen2.5-coder-1.5b] [--out rows.jsonl]
+
+Data flow: a fixed, seeded sample of answerable and unanswerable questions ->
+ingest their PDFs (cached in the evaluation store) -> for each model, qa.ask
+scoped to the question's document -> one JSON row per answer (written as it
+finishes, so an interrupted run still reports) -> a table per model.
+
+How answers are judged (deliberately simple and strict; a person would accept
+more paraphrases): lower-case, drop punctuation and thousands separators; an
+answerable question is correct when every item of the gold answer (a list
+answer is split into its items) appears in the answer text; an unanswerable
+one is correct when the answer is a refusal. Citation precision is reported
+two ways: the share of shown citations our checker verified, and the stricter
+share that point to one of the question's gold pages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import random
+import re
+import statistics
+import sys
+from pathlib import Path
+
+import config
+import eval_retrieval
+import ingest
+import models
+import qa
+from retriever import Retriever
+
+BENCH = config.BASE_DIR.parent / "shared" / "bench" / "mmlongbench" / "questions.jsonl"
+
+
+def normalise(text: str) -> str:
+    """normalise("$3,200 Tonnes!") -> "3200 tonnes" """
+    text = re.sub(r"(?<=\d),(?=\d{3})", "", str(text).lower())
+    return " ".join(re.sub(r"[^\w.%-]+", " ", text).replace(". ", " ").split()).strip(" .")
+
+
+def gold_items(answer: str) -> list[str]:
+    """gold_items("['2006', '2007']") -> ["2006", "2007"]; gold_items("Less well-off") -> ["less well-off"]"""
+    text = str(answer).strip()
+    if text.startswith("[") and text.endswith("]"):
+        items = [i.strip(" '\"") for i in text[1:-1].split(",")]
+        return [normalise(i) for i in items if i.strip(" '\"")]
+    return [normalise(text)]
+
+
+def is_correct(question: dict, answer: qa.Answer) -> bool:
+    if not question["pages"]:
+        return answer.refused
+    said = normalise(answer.text)
+    return not answer.refused and all(item in said for item in gold_items(question["answer"]))
+
+
+def sample(questions: list[dict], answerable: int, unanswerable: int, seed: int = 7) -> list[dict]:
+    rng = random.Random(seed)
+    yes = [q for q in questions if q["pages"]]
+    no = [q for q in questions if not q["pages"]]
+    return rng.sample(yes, min(answerable, len(yes))) + rng.sample(no, min(unanswerable, len(no)))
+
+
+def summarise(rows: list[dict]) -> dict:
+    answerable = [r for r in rows if r["answerable"]]
+    unanswerable = [r for r in rows if not r["answerable"]]
+    shown = [c for r in rows for c in r["citations"]]
+    return {
+        "n": len(rows),
+        "correct_answerable": f"{sum(r['correct'] for r in answerable)}/{len(answerable)}",
+        "honest_refusals": f"{sum(r['correct'] for r in unanswerable)}/{len(unanswerable)}",
+        "citations_shown": len(shown),
+        "citation_verified_share": round(sum(c["verified"] for c in shown) / len(shown), 3) if shown else None,
+        "citation_gold_page_share": round(sum(c["gold_page"] for c in shown) / len(shown), 3) if shown else None,
+        "median_seconds": round(statistics.median(r["seconds"] for r in rows), 1) if rows else None,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Answer-level evaluation per embedded model.")
+    parser.add_argument("--questions", type=Path, default=BENCH)
+    parser.add_argument("--pdf-dir", type=Path)
+    parser.add_argument("--answerable", type=int, default=40)
+    parser.add_argument("--unanswerable", type=int, default=20)
+    parser.add_argument("--models", nargs="+", default=["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
+    parser.add_argument("--store", type=Path, default=eval_retrieval.DEFAULT_STORE)
+    parser.add_argument("--out", type=Path, default=Path("eval_answers.jsonl"))
+    args = parser.parse_args(argv)
+    config.setup_logging(logging.WARNING)
+    config.CHROMA_PERSIST_DIR = str(args.store)
+
+    questions = sample(eval_retrieval.load_questions(args.questions), args.answerable, args.unanswerable)
+    client, embedder = ingest.get_client(str(args.store)), models.get_embeddings()
+    pdf_dir = args.pdf_dir or eval_retrieval.default_pdf_dir(args.questions)
+    collections = eval_retrieval.ingest_needed(questions, pdf_dir, client, embedder)
+    retriever = Retriever(client, embedder)
+    results = {}
+    with open(args.out, "a", encoding="utf-8") as out:
+        for name in args.models:
+            llm = models.EmbeddedChatModel.load(name)
+            rows = []
+            for i, q in enumerate(questions, 1):
+                col = collections[q["doc"]]
+                answer = qa.answer_question(q["question"], retriever, llm=llm, scope=[col])
+                row = {
+                    "model": name,
+                    "question": q["question"],
+                    "gold": q.get("answer"),
+                    "answerable": bool(q["pages"]),
+                    "answer": answer.text,
+                    "refused": answer.refused,
+                    "correct": is_correct(q, answer),
+                    "citations": [
+                        {"page": c.page, "verified": c.verified, "gold_page": c.collection == col and c.page in q["pages"]}
+                        for c in answer.citations
+                    ],
+                    "confidence": answer.confidence,
+                    "seconds": round(answer.seconds, 1),
+                }
+                rows.append(row)
+                out.write(json.dumps(row, ensure_ascii=False) + "\n")
+                out.flush()
+                sys.stderr.write(f"\r{name}: {i}/{len(questions)} answered")
+            sys.stderr.write("\n")
+            results[name] = summarise(rows)
+            print(name, json.dumps(results[name]))
+            del llm
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
