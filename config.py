@@ -134,7 +134,7 @@ STOPWORDS = _env(
 # -----------------------------------------------------------------------------
 # Answering (qa.py)
 HISTORY_TURNS = _env("HISTORY_TURNS", 3)  # earlier question/answer pairs shown to the model
-REFUSAL_MIN_SIMILARITY = _env("REFUSAL_MIN_SIMILARITY", 0.3)  # below this best cosine: "not found", no LLM call
+REFUSAL_MIN_SIMILARITY = _env("REFUSAL_MIN_SIMILARITY", 0.15)  # below: "not found", no LLM call (refuses 2.5% of answerable bench questions)
 SUPPORT_MIN_OVERLAP = _env("SUPPORT_MIN_OVERLAP", 0.5)  # share of a sentence's words found in its passage
 SUPPORT_MIN_SIMILARITY = _env("SUPPORT_MIN_SIMILARITY", 0.6)  # or: cosine of sentence and passage
 SUPPORT_MIN_WORDS = _env("SUPPORT_MIN_WORDS", 3)  # shorter sentences ("Yes.") are not judged
