@@ -8,7 +8,6 @@ import sys
 import threading
 from pathlib import Path
 
-import numpy as np
 import pymupdf
 import pytest
 

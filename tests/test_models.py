@@ -3,10 +3,6 @@ the Ollama route is chosen only when a server speaking Ollama's API has the mode
 
 from __future__ import annotations
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import numpy as np
 import pytest
 
@@ -58,66 +54,7 @@ def test_embedder_gives_normalised_384_dim_vectors_that_rank_meaning(embedder):
 
 
 # -----------------------------------------------------------------------------
-# Ollama route: a local server speaking Ollama's HTTP API (no Ollama can run here)
-
-
-class FakeOllama(BaseHTTPRequestHandler):
-    models: list[str] = []
-
-    def do_GET(self):
-        if self.path == "/api/tags":
-            self._json({"models": [{"name": m, "model": m} for m in self.models]})
-        else:
-            self.send_error(404)
-
-    reply = "The railway reached the town in 1889 [1]."
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        if self.path == "/api/chat":
-            if body["model"] not in self.models:
-                self.send_response(404)
-                self.send_header("Content-Type", "application/json")
-                self.end_headers()
-                self.wfile.write(json.dumps({"error": f"model '{body['model']}' not found"}).encode())
-                return
-            self.send_response(200)
-            self.send_header("Content-Type", "application/x-ndjson")
-            self.end_headers()
-            for word in self.reply.split(" "):
-                line = {"model": body["model"], "created_at": "2026-11-23T00:00:00Z",
-                        "message": {"role": "assistant", "content": word + " "}, "done": False}
-                self.wfile.write((json.dumps(line) + "\n").encode())
-            done = {"model": body["model"], "created_at": "2026-11-23T00:00:00Z", "message": {"role": "assistant", "content": ""},
-                    "done": True, "done_reason": "stop", "total_duration": 1, "prompt_eval_count": 1, "eval_count": 1}
-            self.wfile.write((json.dumps(done) + "\n").encode())
-        elif self.path == "/api/embed":
-            inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
-            self._json({"model": body["model"], "embeddings": [[float(len(t)), 1.0, 0.0] for t in inputs]})
-        else:
-            self.send_error(404)
-
-    def _json(self, data):
-        payload = json.dumps(data).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, *args):
-        pass
-
-
-@pytest.fixture
-def ollama_server(monkeypatch):
-    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeOllama)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    monkeypatch.setattr(config, "OLLAMA_BASE_URL", f"http://127.0.0.1:{server.server_port}")
-    models.get_embeddings.cache_clear()
-    yield FakeOllama
-    server.shutdown()
-    models.get_embeddings.cache_clear()
+# Ollama route: against the local server in conftest that speaks Ollama's HTTP API
 
 
 def test_auto_uses_ollama_embeddings_when_the_server_has_the_model(ollama_server, monkeypatch):

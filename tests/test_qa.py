@@ -150,9 +150,7 @@ def test_cli_prints_json_with_citations(tmp_path, three_page_pdf):
 
 
 # -----------------------------------------------------------------------------
-# The Ollama route, against a local server speaking Ollama's HTTP API
-
-from test_models import FakeOllama, ollama_server  # noqa: E402,F401  (the fixture is used by name)
+# The Ollama route, against the local server in conftest that speaks Ollama's HTTP API
 
 
 @pytest.fixture
