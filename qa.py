@@ -151,12 +151,25 @@ class CheckedSentence:
     fabricated: list[int] = field(default_factory=list)  # cited numbers that name no source
 
 
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+
+
+def numbers_in(text: str) -> set[str]:
+    """numbers_in("3,200 tonnes in 1911 (3.5%)") -> {"3200", "1911", "3.5"}"""
+    return {n.replace(",", "").rstrip(".") for n in _NUMBER.findall(text)}
+
+
 def support_scores(sentence: str, sources: list[Hit], sentence_vec, source_vecs) -> list[float]:
     """How well each source supports a sentence: max of word overlap and embedding similarity, each
-    divided by its threshold, so >= 1 means supported."""
-    words = set(tokenize(strip_markers(sentence)))
+    divided by its threshold, so >= 1 means supported. A source lacking any number the sentence
+    states scores 0: similar wording is no support for a figure the passage does not contain."""
+    claim = strip_markers(sentence)
+    words, numbers = set(tokenize(claim)), numbers_in(claim)
     scores = []
     for hit, vec in zip(sources, source_vecs):
+        if not numbers <= numbers_in(hit.text):
+            scores.append(0.0)
+            continue
         overlap = len(words & set(tokenize(hit.text))) / max(len(words), 1)
         similarity = float(np.dot(sentence_vec, vec))
         scores.append(max(overlap / config.SUPPORT_MIN_OVERLAP, similarity / config.SUPPORT_MIN_SIMILARITY))

@@ -122,6 +122,13 @@ def test_fabricated_and_unsupported_citations_are_flagged(embedder):
     assert checked[2].fabricated == [7]
 
 
+def test_a_figure_the_passage_does_not_contain_is_not_supported(embedder):
+    sources = [_hit("In 1911 the catch reached 3,200 tonnes, a record for the coast.", 2)]
+    checked = qa.verify_answer("In 1911 the catch reached 3,200 tonnes [1]. In 1911 the catch reached 4,100 tonnes [1].", sources, embedder)
+    assert checked[0].supported and checked[1].supported is False
+    assert qa.numbers_in("3,200 tonnes in 1911 (3.5%).") == {"3200", "1911", "3.5"}
+
+
 def test_a_sentence_without_markers_gets_an_inferred_citation(embedder):
     sources = [_hit("Cod and haddock were landed in the harbour.", 2), _hit("The railway reached the town in 1889.", 3)]
     checked = qa.verify_answer("The railway came to the town in 1889.", sources, embedder)
