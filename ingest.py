@@ -4,7 +4,9 @@ The pipeline, in the order this file defines it:
 
     file -> check (size, %PDF-, opens, not encrypted, has pages)
          -> SHA-256 -> collection "pdf_rag_<16 hex>"       (same bytes = cache hit)
-         -> per page: text layer, or OCR when the page is an image (word boxes kept)
+         -> per page: text layer, or OCR when the words are likely in a picture: no text
+            layer, a sparse one over a mostly-image page (a scan with a stamp), or a sparse
+            one beside hundreds of vector paths (outlined text); OCR line boxes are kept
          -> chunk_page(): sentence-aware, overlapping, page-anchored character spans
          -> embed the raw chunk text -> add to the collection    (in page batches)
          -> mark the collection complete                          (written last)
@@ -170,11 +172,17 @@ class OcrEngine:
         self.read = read
 
 
-def _render_for_ocr(page: pymupdf.Page) -> tuple[pymupdf.Pixmap, float]:
-    """Render a page no larger than OCR_MAX_PIXELS on its long side (huge pages garble OCR)."""
+def ocr_dpi(page: pymupdf.Page) -> int:
+    """Render resolution for OCR: OCR_MAX_DPI, lowered so the long side stays within
+    OCR_MAX_PIXELS (huge pages garble OCR and cost gigabytes)."""
     long_side = max(page.rect.width, page.rect.height) or 1
-    dpi = min(config.OCR_MAX_DPI, 72 * config.OCR_MAX_PIXELS / long_side)
-    return page.get_pixmap(dpi=int(dpi)), 72 / int(dpi)
+    return int(min(config.OCR_MAX_DPI, 72 * config.OCR_MAX_PIXELS / long_side))
+
+
+def _render_for_ocr(page: pymupdf.Page) -> tuple[pymupdf.Pixmap, float]:
+    """The page as a picture for OCR, and the factor from its pixels back to PDF points."""
+    dpi = ocr_dpi(page)
+    return page.get_pixmap(dpi=dpi), 72 / dpi
 
 
 def _rapidocr_engine() -> OcrEngine:
@@ -201,9 +209,7 @@ def _tesseract_engine() -> OcrEngine:
     tessdata = pymupdf.get_tessdata()  # raises when Tesseract's language data is not installed
 
     def read(page: pymupdf.Page) -> list[tuple[str, tuple]]:
-        long_side = max(page.rect.width, page.rect.height) or 1
-        dpi = int(min(config.OCR_MAX_DPI, 72 * config.OCR_MAX_PIXELS / long_side))
-        textpage = page.get_textpage_ocr(dpi=dpi, full=True, tessdata=tessdata)
+        textpage = page.get_textpage_ocr(dpi=ocr_dpi(page), full=True, tessdata=tessdata)
         lines = []
         for block in page.get_text("dict", textpage=textpage)["blocks"]:
             for line in block.get("lines", []):

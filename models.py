@@ -355,6 +355,11 @@ def _has_model(available: list[str], model: str) -> bool:
     return wanted in available or model in available
 
 
+def missing_model_message(model: str) -> str:
+    """What to tell a person whose Ollama lacks ``model`` (a hint to type, not a download we do)."""
+    return f"Ollama does not have the model '{model}'. Add it to Ollama with: ollama pull {model}"
+
+
 def _use_ollama(backend: str, model: str) -> bool:
     """Whether to use Ollama for ``model`` under setting ``backend`` (auto|ollama|embedded)."""
     if backend == "embedded":
@@ -367,7 +372,7 @@ def _use_ollama(backend: str, model: str) -> bool:
                 "or set LLM_BACKEND/EMBED_BACKEND=embedded."
             )
         if not _has_model(available, model):
-            raise ModelUnavailableError(f"Ollama does not have '{model}'. Run: ollama pull {model}")
+            raise ModelUnavailableError(missing_model_message(model))
         return True
     return available is not None and _has_model(available, model)
 
@@ -424,7 +429,7 @@ def explain_failure(err: Exception) -> str:
     """A plain sentence for a chat model failing mid-request (Ollama gone, model missing, ...)."""
     text = str(err)
     if "not found" in text and "model" in text:
-        return f"Ollama does not have the model '{config.LLM_MODEL}'. Run: ollama pull {config.LLM_MODEL}"
+        return missing_model_message(config.LLM_MODEL)
     if isinstance(err, (httpx.ConnectError, ConnectionError)) or "connect" in text.lower():
         return f"Ollama stopped answering at {config.OLLAMA_BASE_URL}. Start it again, or set LLM_BACKEND=embedded."
     return f"The language model failed: {text}"

@@ -131,6 +131,14 @@ def test_words_drawn_as_vector_outlines_are_ocrd(store, embedder, tmp_path):
     assert result.ocr_pages == 1 and "Baroda" in text
 
 
+def test_huge_pages_are_rendered_small_enough_for_ocr():
+    doc = pymupdf.open()
+    assert ingest.ocr_dpi(doc.new_page(width=400, height=300)) == config.OCR_MAX_DPI  # small: full resolution
+    for width, height in ((595, 842), (2160, 2160)):  # A4, and a 30-inch square poster
+        dpi = ingest.ocr_dpi(doc.new_page(width=width, height=height))
+        assert dpi < config.OCR_MAX_DPI and max(width, height) * dpi / 72 <= config.OCR_MAX_PIXELS
+
+
 def test_scanned_bench_pdf_is_ocrd(store, embedder):
     result = ingest.ingest_pdf(BENCH_DIR / "misc" / "scan_c03-29.pdf", store, embedder)
     col = ingest.open_collection(store, result.collection, embedder)

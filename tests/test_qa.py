@@ -38,6 +38,29 @@ def test_parse_citations_and_sentences_worked_examples():
     assert qa.split_sentences("It rained. [1] Then it snowed [2].") == ["It rained. [1]", "Then it snowed [2]."]
 
 
+def test_question_intent_and_answer_shape_rules():
+    assert qa.is_greeting("Hello!") and not qa.is_greeting("Hello world program in R?")
+    assert qa.answer_shape("Compare the 2019 and 2020 revenue") == "compare"
+    assert qa.answer_shape("List the bankers of the company") == "list"
+    assert qa.answer_shape("Summarise chapter 3") == "summary"
+    assert qa.answer_shape("When did the railway arrive?") == "plain"
+    history = [("user", "Who kept the lighthouse?")]
+    assert qa.needs_rewrite("And in 1911?", history) and not qa.needs_rewrite("And in 1911?", [])
+    assert not qa.needs_rewrite("When did the railway reach the town of Port Elwin?", history)
+    assert qa.personal_data_in("Call +44 20 7946 0958 please") == "a phone number"
+
+
+def test_the_answer_judge_ignores_digit_grouping_and_tolerates_one_typo_in_long_answers():
+    import eval_answers
+
+    assert eval_answers.normalise("$3,02,16,492.00 Tonnes!") == "30216492.00 tonnes"
+    assert eval_answers.gold_items("['2006', '2007']") == ["2006", "2007"]
+    question = {"pages": [3], "answer": "Elements of objects tend to be perceptually grouped"}
+    assert eval_answers.is_correct(question, "Elements of objects tend to be perceptualy grouped together.", False)
+    assert not eval_answers.is_correct(question, "Objects are grouped.", False)
+    assert eval_answers.is_correct({"pages": [], "answer": "Not answerable"}, "The documents do not say.", True)
+
+
 def test_answer_cites_the_page_that_holds_the_fact(facts, default_llm):
     retriever, _ = facts
     answer = qa.answer_question("How many tonnes of fish were landed in 1911?", retriever, llm=default_llm)

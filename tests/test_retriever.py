@@ -207,3 +207,15 @@ def test_eval_script_runs_end_to_end_and_writes_every_metric(tmp_path):
     assert results["ablations"]["doc/hybrid"]["hit@2"] == 1.0
     assert results["unanswerable"]["doc"]["n"] == 1
     assert (tmp_path / "out.md").read_text().startswith("# Retrieval evaluation")
+
+    # another chunking policy is ingested into its own store, beside the default one
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "eval_retrieval.py"), "--questions", str(questions), "--k", "2", "--scope", "doc",
+         "--store", str(tmp_path / "store"), "--chunk-size", "30", "--chunk-overlap", "0", "--json", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    policy_store = ingest.get_client(str(tmp_path / "store-chunks30-0"))
+    default_store = ingest.get_client(str(tmp_path / "store"))
+    [policy_doc] = ingest.list_documents(policy_store)
+    assert policy_doc["chunks"] > ingest.list_documents(default_store)[0]["chunks"]
