@@ -37,6 +37,10 @@ COLLECTION_PREFIX = _env("COLLECTION_PREFIX", "pdf_rag_")
 MODEL_CACHE_DIR = _env("MODEL_CACHE_DIR", str(Path.home() / ".cache" / "pdf-rag"))
 LOG_FILE = _env("LOG_FILE", str(BASE_DIR / "rag_pipeline.log"))
 INPUT_DATA_DIR = _env("INPUT_DATA_DIR", str(BASE_DIR / "input_data"))
+# A ChromaDB server instead of the on-disk store: set CHROMA_HOST (and CHROMA_PORT).
+# Locks and the kept copies of PDFs (for page previews) stay under CHROMA_PERSIST_DIR.
+CHROMA_HOST = _env("CHROMA_HOST", "")
+CHROMA_PORT = _env("CHROMA_PORT", 8000)
 
 # -----------------------------------------------------------------------------
 # Model backends: "auto" uses Ollama when it answers and has the model, else the
