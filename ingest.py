@@ -21,7 +21,9 @@ processes on one machine from building the same collection at once.
 Everything a page knows travels on its chunks' metadata (doc, page, offsets,
 text source, page length, OCR line boxes, title, keywords), so one collection
 per PDF is the whole record; the collection's own metadata holds the document
-facts (name, hash, embedder, counts, which pages were OCR'd or empty).
+facts (name, hash, embedder, counts, which pages were OCR'd or empty). A copy of
+the PDF itself is kept beside the store (``kept_pdf_path``) so a cited page can
+be shown as it looks.
 
 Deliberately simple: a crashed ingest restarts from page 1 rather than resuming
 mid-file (embedding is the cheap part; enrichment, the slow part, does resume),
@@ -36,6 +38,7 @@ import hashlib
 import json
 import logging
 import re
+import shutil
 import sys
 import threading
 import time
@@ -366,8 +369,26 @@ def list_documents(client: chromadb.ClientAPI, include_incomplete: bool = False)
     return sorted(docs, key=lambda d: d.get("doc_name", ""))
 
 
+def kept_pdf_path(collection_name: str) -> Path:
+    """Where the store keeps its own copy of a document's PDF, for page previews."""
+    return Path(config.CHROMA_PERSIST_DIR) / "pdfs" / f"{collection_name}.pdf"
+
+
+def _keep_pdf(path: Path, collection_name: str) -> None:
+    """Copy the PDF next to the store (temp name, then rename), unless it is already there."""
+    target = kept_pdf_path(collection_name)
+    if target.exists():
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_suffix(".partial")
+    shutil.copyfile(path, partial)
+    partial.replace(target)
+
+
 def delete_document(client: chromadb.ClientAPI, collection_name: str) -> None:
+    """Remove a document: its collection (chunks, vectors, labels) and the kept PDF copy."""
     client.delete_collection(collection_name)
+    kept_pdf_path(collection_name).unlink(missing_ok=True)
     log.info("Deleted %s", collection_name)
 
 
@@ -481,12 +502,14 @@ def ingest_pdf(
             if existing is not None and is_complete(existing):
                 if existing.metadata.get("embedder") == models.embedder_name(embedder):
                     log.info("%s is already ingested as %s", doc_name, name)
+                    _keep_pdf(path, name)
                     progress(1, 1, "Already in the library")
                     return _result_from_metadata(existing.metadata, time.perf_counter() - t0)
                 log.warning("%s was embedded with %s; re-embedding", name, existing.metadata.get("embedder"))
             if existing is not None:
                 log.warning("Removing unfinished or outdated collection %s before rebuilding", name)
                 client.delete_collection(name)
+            _keep_pdf(path, name)  # before the build, so a complete collection always has its PDF
             return _build_collection(doc, client, embedder, name, sha256, doc_name, progress, t0)
     finally:
         doc.close()
@@ -521,7 +544,7 @@ def _build_collection(doc, client, embedder, name, sha256, doc_name, progress, t
         )
         collection.modify(metadata=meta)  # the completion marker: always the last write
     except BaseException:
-        client.delete_collection(name)
+        delete_document(client, name)
         raise
     log.info("Ingested %s: %d pages, %d chunks in %.1fs", doc_name, doc.page_count, stats["chunks"], meta["ingest_seconds"])
     return IngestResult(
