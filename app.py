@@ -1,18 +1,25 @@
-"""The Streamlit page: upload PDFs, watch them become searchable, ask, read cited answers.
+"""The Streamlit page: upload PDFs, watch them become searchable, ask, check every answer.
 
 Flow of one run of this script (Streamlit re-runs it top to bottom on every
 interaction):
 
-    sidebar: uploads -> ingest.ingest_pdf() with a progress bar -> library list, scope
+    sidebar: uploads -> ingest.ingest_pdf() inside st.status with a progress bar
+             -> searchable at once; page labelling queued on the BackgroundEnricher
+             library (live progress) with remove; scope; settings; model status
     main:    replay the chat -> st.chat_input -> qa.ask() streamed by st.write_stream
-             -> citations (verified, inferred, unsupported), confidence, rewritten query
+             -> citation chips (st.pills); a chosen chip shows the passage and the
+                page rendered by preview.render_page() with the passage highlighted
+             -> unsupported sentences, confidence, rewritten query, optional trace
 
-Heavy objects (the embedder, the Chroma client) live behind
-``st.cache_resource``; what a person has done lives in ``st.session_state``.
+Heavy objects (embedder, chat model, Chroma client, retriever, enricher) live
+behind ``st.cache_resource`` and are shared by every browser tab; what one person
+has done (the chat, which uploads were handled) lives in ``st.session_state``.
+Everything that is not layout lives in the other modules.
 """
 
 from __future__ import annotations
 
+import logging
 import tempfile
 from pathlib import Path
 
@@ -21,10 +28,12 @@ import streamlit as st
 import config
 import ingest
 import models
+import preview
 import qa
-from retriever import Retriever
+from retriever import Hit, Retriever
 
 config.setup_logging()
+log = logging.getLogger(__name__)
 st.set_page_config(page_title="Chat with your PDFs", page_icon="📄", layout="wide")
 
 
@@ -48,10 +57,19 @@ def chat_model():
     return models.get_chat_model()
 
 
+@st.cache_resource
+def enricher() -> ingest.BackgroundEnricher:
+    return ingest.BackgroundEnricher(store(), embedder(), models.get_chat_model)
+
+
+# -----------------------------------------------------------------------------
+# Sidebar: uploads, library, scope, settings, model status
+
+
 def ingest_upload(upload) -> None:
-    """Save one uploaded file to a temp path and ingest it, showing progress."""
+    """Save one uploaded file to a temp path and ingest it, showing each stage's progress."""
     with st.status(f"Adding {upload.name}…", expanded=True) as status:
-        bar = st.progress(0.0)
+        bar = st.progress(0.0, text="Checking the file")
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / Path(upload.name).name
             path.write_bytes(upload.getvalue())
@@ -68,14 +86,17 @@ def ingest_upload(upload) -> None:
                 st.error(str(err))
                 return
         retriever().refresh()
+        if config.ENRICH_ENABLED:
+            enricher().submit(result.collection)
         note = "already in the library" if result.cached else f"{result.pages} pages, {result.chunks} passages"
-        status.update(label=f"{upload.name}: searchable ({note})", state="complete", expanded=False)
+        ocr = f", {result.ocr_pages} read by OCR" if result.ocr_pages else ""
+        status.update(label=f"{upload.name}: searchable ({note}{ocr})", state="complete", expanded=False)
 
 
-def sidebar() -> list[str] | None:
-    """Uploads, the library and the scope; returns the chosen collections (None: all)."""
-    st.sidebar.header("Your documents")
-    uploads = st.sidebar.file_uploader("Add PDFs", type=["pdf"], accept_multiple_files=True)
+def uploads_panel() -> None:
+    uploads = st.sidebar.file_uploader(
+        "Add PDFs", type=["pdf"], accept_multiple_files=True, help=f"Up to {config.MAX_FILE_MB} MB each"
+    )
     done = st.session_state.setdefault("ingested_uploads", set())
     for upload in uploads or []:
         key = (upload.name, upload.size)
@@ -83,71 +104,185 @@ def sidebar() -> list[str] | None:
             with st.sidebar:
                 ingest_upload(upload)
             done.add(key)
-    for doc in ingest.list_documents(store()):
-        col1, col2 = st.sidebar.columns([5, 1])
-        col1.markdown(f"**{doc['doc_name']}**  \n{doc['pages']} pages · {doc['chunks']} passages · {doc['ocr_pages']} OCR")
-        if col2.button("✕", key=f"rm-{doc['collection']}", help="Remove from library"):
-            ingest.delete_document(store(), doc["collection"])
-            retriever().refresh()
-            st.rerun()
+
+
+def labels_missing(doc: dict) -> bool:
+    return doc.get("enriched_pages", 0) < doc["pages"] - doc.get("empty_pages", 0)
+
+
+def document_card(doc: dict, labelling: ingest.EnrichmentProgress | None) -> None:
+    """One library entry: name, counts, labelling state, and a remove button."""
+    name_col, remove_col = st.columns([5, 1])
+    facts = f"{doc['pages']} pages · {doc['chunks']} passages · {doc['ocr_pages']} OCR"
+    name_col.markdown(f"**{doc['doc_name']}**  \n{facts}")
+    if labelling is not None and labelling.state in ("queued", "labelling"):
+        share = labelling.done / labelling.total if labelling.total else 0.0
+        name_col.progress(share, text=f"Page labels: {labelling.done}/{labelling.total or '?'}")
+    elif labelling is not None and labelling.state == "failed":
+        name_col.caption(f"Page labels stopped: {labelling.message}")
+    elif not labels_missing(doc):
+        name_col.caption("Page labels: done")
+    if remove_col.button("✕", key=f"rm-{doc['collection']}", help="Remove from library"):
+        ingest.delete_document(store(), doc["collection"])
+        retriever().refresh()
+        st.rerun()
+
+
+def library_panel() -> None:
+    """The documents in the store; redrawn every few seconds while pages are being labelled."""
+    docs = ingest.list_documents(store())
+    progress = enricher().progress() if config.ENRICH_ENABLED else {}
+    if config.ENRICH_ENABLED:
+        for doc in docs:
+            if labels_missing(doc) and doc["collection"] not in progress:
+                enricher().submit(doc["collection"])  # resume labelling left unfinished earlier
+    if not docs:
+        st.caption("No documents yet.")
+    for doc in docs:
+        document_card(doc, progress.get(doc["collection"]))
+
+
+def model_status() -> None:
+    try:
+        label = models.chat_model_label(chat_model())
+    except models.ModelUnavailableError as err:
+        st.sidebar.error(str(err))
+        return
+    st.sidebar.caption(f"Model: {label} · embeddings: {models.embedder_name(embedder())}")
+    if label.startswith("embedded") and models.ollama_models() is None:
+        st.sidebar.caption(f"Ollama: not reachable at {config.OLLAMA_BASE_URL}")
+
+
+def sidebar() -> tuple[list[str] | None, int, bool]:
+    """Draw the sidebar; return the scope (None: all documents), top-k and whether to show traces."""
+    st.sidebar.header("Your documents")
+    uploads_panel()
+    busy = any(p.state in ("queued", "labelling") for p in enricher().progress().values()) if config.ENRICH_ENABLED else False
+    with st.sidebar:
+        st.fragment(library_panel, run_every=3 if busy else None)()
     docs = {d["doc_name"]: d["collection"] for d in ingest.list_documents(store())}
     chosen = st.sidebar.multiselect("Ask only these documents", sorted(docs), help="Empty: the whole library")
-    return [docs[name] for name in chosen] or None
+    with st.sidebar.expander("Settings"):
+        k = st.slider("Pages to show the model", 1, 10, config.TOP_K)
+        show_trace = st.toggle("Show retrieval trace", value=False)
+    if st.sidebar.button("Clear chat", key="clear-chat"):
+        st.session_state.messages = []
+    model_status()
+    return [docs[name] for name in chosen] or None, k, show_trace
 
 
-def citation_lines(answer: qa.Answer) -> list[str]:
-    """Markdown lines under an answer: citation chips, unsupported sentences, confidence, rewrite."""
-    lines = []
-    if answer.citations:
-        chips = [
-            f"`{c.doc_name} · p. {c.page}`" + (" ✓" if c.verified else " ⚠ not supported") + (" (inferred)" if c.inferred else "")
-            for c in answer.citations
-        ]
-        lines.append("Sources: " + "  ".join(chips))
-    lines += [f"⚠ *Not backed by the cited page:* {s.text}" for s in answer.sentences if s.supported is False]
+# -----------------------------------------------------------------------------
+# Chat: answers, citation chips, page previews
+
+
+def chip_label(citation: qa.Citation) -> str:
+    mark = "✓" if citation.verified else "⚠"
+    return f"{citation.doc_name} · p. {citation.page} {mark}" + (" (inferred)" if citation.inferred else "")
+
+
+def source_for(answer: qa.Answer, citation: qa.Citation) -> Hit | None:
+    return next((h for h in answer.sources if (h.collection, h.page) == (citation.collection, citation.page)), None)
+
+
+def show_citation(answer: qa.Answer, citation: qa.Citation) -> None:
+    """The cited passage and its page as an image, passage highlighted."""
+    hit = source_for(answer, citation)
+    if hit is None:
+        st.warning(f"Page {citation.page} was not among the passages the model was shown.")
+        return
+    st.markdown(f"> {hit.text}")
+    pdf = ingest.kept_pdf_path(hit.collection)
+    if not pdf.exists():
+        st.info("This document is no longer in the library, so its page cannot be shown.")
+        return
+    png = preview.render_page(pdf, hit.page, hit.start, hit.end, hit.ocr_boxes or None)
+    st.image(png, caption=f"{hit.doc_name}, page {hit.page}", width="stretch")
+
+
+def trace_rows(answer: qa.Answer) -> list[dict]:
+    return [
+        {
+            "source": f"[{n}] {h.doc_name} · p. {h.page}",
+            "semantic rank": h.trace.get("semantic_rank"),
+            "similarity": h.trace.get("semantic_score"),
+            "BM25 rank": h.trace.get("bm25_rank"),
+            "fused score": round(h.score, 4),
+        }
+        for n, h in enumerate(answer.sources, 1)
+    ]
+
+
+def show_answer_details(answer: qa.Answer, key: str, show_trace: bool) -> None:
+    """Everything under an answer's text: chips, warnings, confidence, rewrite, trace."""
+    citations = answer.citations
+    if citations:
+        labels = [chip_label(c) for c in citations]
+        chosen = st.pills("Sources", labels, key=f"cite-{key}", help="Open a source to see the page")
+        if chosen:
+            show_citation(answer, citations[labels.index(chosen)])
+    for sentence in answer.sentences:
+        if sentence.supported is False:
+            st.caption(f"⚠ *Not backed by the cited page:* {sentence.text}")
     if answer.confidence is not None:
-        lines.append(f"Confidence: {answer.confidence:.0%} of checked sentences are supported")
+        st.caption(f"Confidence: {answer.confidence:.0%} of checked sentences are supported")
     if answer.rewritten_query:
-        lines.append(f"Searched for: *{answer.rewritten_query}*")
+        st.caption(f"Searched for: *{answer.rewritten_query}*")
     if answer.refused and answer.sources:
-        lines += [f"- `{h.doc_name} · p. {h.page}` {h.text[:200]}" for h in answer.sources]
-    return lines
+        st.caption("Nearest passages:")
+        for h in answer.sources:
+            st.caption(f"`{h.doc_name} · p. {h.page}` {h.text[:200]}")
+    if show_trace and answer.sources:
+        st.dataframe(trace_rows(answer), hide_index=True)
 
 
-def show_message(message: dict) -> None:
+def show_message(index: int, message: dict, show_trace: bool) -> None:
     with st.chat_message(message["role"]):
+        if message.get("error"):
+            st.error(message["error"])
+            return
         st.markdown(message["content"])
-        for line in message.get("notes", []):
-            st.caption(line)
+        if "answer" in message:
+            show_answer_details(message["answer"], str(index), show_trace)
+
+
+def answer_now(question: str, history: list[tuple[str, str]], scope, k: int) -> dict:
+    """Stream the answer into the open chat message; return the message to keep.
+
+    Any failure becomes a message in the chat, so the conversation so far survives it.
+    """
+    try:
+        stream = qa.ask(question, retriever(), llm=chat_model(), history=history, scope=scope, k=k)
+        st.write_stream(stream)
+    except (models.ModelUnavailableError, ingest.IngestError) as err:
+        return {"role": "assistant", "content": "", "error": str(err)}
+    except Exception as err:  # e.g. Ollama's embedder gone mid-search: say so, keep the chat
+        log.exception("Answering failed")
+        return {"role": "assistant", "content": "", "error": models.explain_failure(err)}
+    return {"role": "assistant", "content": stream.result.text, "answer": stream.result}
 
 
 def main() -> None:
-    scope = sidebar()
+    scope, k, show_trace = sidebar()
     st.title("Chat with your PDFs")
-    st.session_state.setdefault("messages", [])
-    for message in st.session_state.messages:
-        show_message(message)
+    messages = st.session_state.setdefault("messages", [])
+    for index, message in enumerate(messages):
+        show_message(index, message, show_trace)
     question = st.chat_input("Ask about your documents")
     if not question:
         return
     if not ingest.list_documents(store()):
         st.info("Your library is empty: add a PDF in the sidebar first.")
         return
-    history = [(m["role"], m["content"]) for m in st.session_state.messages]
-    st.session_state.messages.append({"role": "user", "content": question})
-    show_message(st.session_state.messages[-1])
+    history = [(m["role"], m["content"]) for m in messages if not m.get("error")]
+    messages.append({"role": "user", "content": question})
+    show_message(len(messages) - 1, messages[-1], show_trace)
     with st.chat_message("assistant"):
-        try:
-            stream = qa.ask(question, retriever(), llm=chat_model(), history=history, scope=scope)
-            st.write_stream(stream)
-        except (models.ModelUnavailableError, ingest.IngestError) as err:
-            st.error(str(err))
-            return
-        answer = stream.result
-        notes = citation_lines(answer)
-        for line in notes:
-            st.caption(line)
-    st.session_state.messages.append({"role": "assistant", "content": answer.text, "notes": notes})
+        reply = answer_now(question, history, scope, k)
+        if reply.get("error"):
+            st.error(reply["error"])
+        else:
+            show_answer_details(reply["answer"], str(len(messages)), show_trace)
+    messages.append(reply)
 
 
 main()

@@ -705,6 +705,77 @@ def enrich_document(
     return len(todo)
 
 
+@dataclass
+class EnrichmentProgress:
+    done: int = 0
+    total: int = 0
+    state: str = "queued"  # queued | labelling | done | failed | stopped
+    message: str = ""
+
+
+class BackgroundEnricher:
+    """Labels documents' pages in one background thread, one document at a time.
+
+    ``submit()`` queues a collection and returns at once; ``progress()`` can be
+    read at any moment (the app polls it to draw progress bars). One thread, not
+    one per document, because they would all wait on the same LLM anyway.
+    """
+
+    def __init__(self, client: chromadb.ClientAPI, embedder: Embeddings, llm: Callable[[], BaseChatModel]):
+        self._client, self._embedder, self._llm = client, embedder, llm
+        self._queue: list[str] = []
+        self._progress: dict[str, EnrichmentProgress] = {}
+        self._wake = threading.Condition()
+        self._cancel = threading.Event()
+        threading.Thread(target=self._work, name="enricher", daemon=True).start()
+
+    def submit(self, collection_name: str) -> None:
+        """Queue a document (nothing happens when it is already queued or in hand)."""
+        with self._wake:
+            current = self._progress.get(collection_name)
+            if current is not None and current.state in ("queued", "labelling"):
+                return
+            self._queue.append(collection_name)
+            self._progress[collection_name] = EnrichmentProgress()
+            self._wake.notify()
+
+    def progress(self) -> dict[str, EnrichmentProgress]:
+        return dict(self._progress)
+
+    def stop(self) -> None:
+        """Stop after the page in hand; what was labelled stays labelled."""
+        self._cancel.set()
+        with self._wake:
+            self._wake.notify()
+
+    def _work(self) -> None:
+        while not self._cancel.is_set():
+            with self._wake:
+                while not self._queue and not self._cancel.is_set():
+                    self._wake.wait()
+                if self._cancel.is_set():
+                    return
+                name = self._queue.pop(0)
+            self._enrich_one(name, self._progress[name])
+
+    def _enrich_one(self, name: str, state: EnrichmentProgress) -> None:
+        def report(done: int, total: int, message: str) -> None:
+            state.done, state.total, state.message = done, total, message
+
+        state.state = "labelling"
+        try:
+            collection = open_collection(self._client, name, self._embedder)
+            state.total, state.done = collection.metadata["pages"], collection.metadata.get("enriched_pages", 0)
+            enrich_document(collection, self._llm(), progress=report, cancel=self._cancel)
+            state.state = "stopped" if self._cancel.is_set() else "done"
+        except Exception as err:  # a removed document, a model that went away: report, keep the thread alive
+            if _collection_or_none(self._client, name) is None:
+                self._progress.pop(name, None)  # removed while being labelled: nothing to report
+                return
+            log.warning("Labelling %s failed: %s", name, err)
+            state.state, state.message = "failed", models.explain_failure(err)
+
+
 # -----------------------------------------------------------------------------
 # Command line
 

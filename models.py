@@ -30,6 +30,7 @@ import json
 import logging
 import os
 import struct
+import threading
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterator
@@ -41,6 +42,7 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from pydantic import PrivateAttr
 
 import config
 
@@ -174,7 +176,12 @@ def _to_llama_messages(messages: list[BaseMessage]) -> list[dict]:
 
 
 class EmbeddedChatModel(BaseChatModel):
-    """A GGUF model run by llama-cpp-python, using the model's own chat template."""
+    """A GGUF model run by llama-cpp-python, using the model's own chat template.
+
+    One llama.cpp context cannot serve two generations at once, so calls take a
+    lock: a question asked while pages are being labelled in the background
+    waits for the page in hand (seconds), not for the whole document.
+    """
 
     model_name: str
     model_path: str
@@ -182,6 +189,7 @@ class EmbeddedChatModel(BaseChatModel):
     temperature: float = 0.1
     max_tokens: int = 512
     client: Any = None
+    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
     @classmethod
     def load(cls, name: str | None = None) -> "EmbeddedChatModel":
@@ -224,7 +232,8 @@ class EmbeddedChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        out = self.client.create_chat_completion(**self._completion_args(messages, stop, **kwargs))
+        with self._lock:
+            out = self.client.create_chat_completion(**self._completion_args(messages, stop, **kwargs))
         text = out["choices"][0]["message"]["content"] or ""
         return ChatResult(generations=[ChatGeneration(message=AIMessage(content=text))])
 
@@ -236,13 +245,14 @@ class EmbeddedChatModel(BaseChatModel):
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
         args = self._completion_args(messages, stop, **kwargs)
-        for part in self.client.create_chat_completion(stream=True, **args):
-            token = part["choices"][0]["delta"].get("content")
-            if token:
-                chunk = ChatGenerationChunk(message=AIMessageChunk(content=token))
-                if run_manager:
-                    run_manager.on_llm_new_token(token, chunk=chunk)
-                yield chunk
+        with self._lock:  # released when the stream ends or is abandoned
+            for part in self.client.create_chat_completion(stream=True, **args):
+                token = part["choices"][0]["delta"].get("content")
+                if token:
+                    chunk = ChatGenerationChunk(message=AIMessageChunk(content=token))
+                    if run_manager:
+                        run_manager.on_llm_new_token(token, chunk=chunk)
+                    yield chunk
 
 
 # -----------------------------------------------------------------------------

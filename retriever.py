@@ -150,6 +150,7 @@ class Hit:
     text: str
     title: str = ""
     keywords: str = ""
+    ocr_boxes: str = ""  # JSON line boxes when the page was OCR'd (for highlighting)
     score: float = 0.0  # fused RRF score (or the single leg's score in a one-leg mode)
     trace: dict = field(default_factory=dict)  # semantic_rank/score, bm25_rank/score, rrf
 
@@ -366,6 +367,7 @@ class Retriever:
             text=text,
             title=meta.get("title", ""),
             keywords=meta.get("keywords", ""),
+            ocr_boxes=meta.get("ocr_boxes", ""),
             score=score,
             trace=trace,
         )

@@ -1,7 +1,9 @@
-"""The Streamlit page, run headless with streamlit.testing.v1.AppTest on a real store."""
+"""The Streamlit page, run headless with streamlit.testing.v1.AppTest on a real store,
+the real embedder and the small embedded chat model."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -10,34 +12,115 @@ from streamlit.testing.v1 import AppTest
 
 import config
 import ingest
+import models
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
+QUESTION = "When did the railway reach the town?"
 
 
 @pytest.fixture
 def small_model(monkeypatch):
-    """The app loads its chat model itself; point it at the small embedded one."""
+    """The app loads its chat model itself; point it at the small embedded one. Page
+    labelling is off unless a test turns it on (it would compete for the CPU)."""
     monkeypatch.setattr(config, "LLM_BACKEND", "embedded")
     monkeypatch.setattr(config, "EMBEDDED_LLM", "qwen2.5-coder-0.5b")
+    monkeypatch.setattr(config, "ENRICH_ENABLED", False)
     st.cache_resource.clear()
+    models.get_chat_model.cache_clear()
     yield
     st.cache_resource.clear()
+    models.get_chat_model.cache_clear()
 
 
-def test_a_question_gets_a_streamed_answer_with_a_verified_page_citation(store, embedder, three_page_pdf, small_model):
+def upload(app: AppTest, path: Path) -> AppTest:
+    app.sidebar.file_uploader[0].set_value((path.name, path.read_bytes(), "application/pdf"))
+    return app.run()
+
+
+def sidebar_text(app: AppTest) -> str:
+    return " ".join(m.value for m in app.sidebar.markdown) + " " + " ".join(c.value for c in app.sidebar.caption)
+
+
+def test_upload_ask_open_a_citation_then_remove_the_document(store, embedder, three_page_pdf, small_model):
+    app = AppTest.from_file(APP, default_timeout=300).run()
+    assert not app.exception and "No documents yet" in sidebar_text(app)
+
+    upload(app, three_page_pdf)
+    assert not app.exception
+    assert "facts.pdf: searchable (3 pages" in app.sidebar.status[0].label
+    assert "facts.pdf" in sidebar_text(app)
+
+    app.chat_input[0].set_value(QUESTION).run()
+    assert not app.exception
+    answer = app.chat_message[1]
+    assert "1889" in answer.markdown[0].value
+    chips = answer.button_group[0]
+    chip = next(o for o in chips.options if o.startswith("facts.pdf · p. 3 ✓"))  # verified (maybe inferred)
+    assert any("Confidence" in c.value for c in answer.caption)
+
+    chips.set_value(chip).run()
+    opened = app.chat_message[1]
+    assert "railway reached the town in 1889" in opened.markdown[1].value  # the passage, quoted
+    assert opened.get("image")[0].captions == ["facts.pdf, page 3"]  # the rendered page
+    assert len(app.session_state["messages"]) == 2  # opening a source keeps the chat
+
+    app.sidebar.button(key=f"rm-{ingest.list_documents(store)[0]['collection']}").click().run()
+    assert not app.exception
+    assert ingest.list_documents(store) == [] and "No documents yet" in sidebar_text(app)
+    opened = app.chat_message[1]  # the old answer stays; its page can no longer be shown
+    assert any("no longer in the library" in i.value for i in opened.info)
+
+
+def test_a_bad_upload_is_refused_in_plain_words_and_stores_nothing(store, tmp_path, small_model):
+    bad = tmp_path / "notes.pdf"
+    bad.write_bytes(b"this is a text file wearing a .pdf name")
+    app = upload(AppTest.from_file(APP, default_timeout=120).run(), bad)
+    assert not app.exception
+    assert "not added" in app.sidebar.status[0].label
+    assert "not a PDF" in app.sidebar.error[0].value
+    assert ingest.list_documents(store, include_incomplete=True) == []
+
+
+def test_the_model_failing_mid_chat_is_an_error_message_and_the_chat_survives(store, embedder, three_page_pdf, small_model, ollama_server, monkeypatch):
     ingest.ingest_pdf(three_page_pdf, store, embedder)
     app = AppTest.from_file(APP, default_timeout=300).run()
+    app.chat_input[0].set_value("Hello!").run()  # answered without a model call
+    monkeypatch.setattr(config, "LLM_BACKEND", "ollama")
+    ollama_server.models = []  # Ollama is up but has not pulled the model
+    st.cache_resource.clear()
+    models.get_chat_model.cache_clear()
+    app.chat_input[0].set_value(QUESTION).run()
     assert not app.exception
-    assert "facts.pdf" in app.sidebar.markdown[0].value
-    app.chat_input[0].set_value("When did the railway reach the town?").run()
-    assert not app.exception
-    assistant = app.chat_message[1]
-    assert "1889" in assistant.markdown[0].value
-    assert any("facts.pdf · p. 3` ✓" in c.value for c in assistant.caption)
-    assert app.session_state["messages"][-1]["role"] == "assistant"  # the chat is kept
+    assert "llama3.2:3b" in app.sidebar.error[0].value  # the sidebar says which model is missing
+    assert len(app.chat_message) == 4 and app.chat_message[3].error  # the failure is in the chat
+    assert app.chat_message[1].markdown[0].value  # the earlier reply is still there
 
 
 def test_an_empty_library_says_so_instead_of_answering(store, small_model):
     app = AppTest.from_file(APP, default_timeout=120).run()
     app.chat_input[0].set_value("Anything?").run()
     assert not app.exception and "library is empty" in app.info[0].value
+
+
+def test_clear_chat_and_the_retrieval_trace(store, embedder, three_page_pdf, small_model):
+    ingest.ingest_pdf(three_page_pdf, store, embedder)
+    app = AppTest.from_file(APP, default_timeout=300).run()
+    app.sidebar.toggle[0].set_value(True).run()
+    app.chat_input[0].set_value(QUESTION).run()
+    trace = app.chat_message[1].dataframe[0].value
+    assert {"semantic rank", "BM25 rank", "fused score"} <= set(trace.columns)
+    assert "facts.pdf · p. 3" in " ".join(trace["source"])
+    app.sidebar.button(key="clear-chat").click().run()
+    assert app.session_state["messages"] == [] and not app.chat_message
+
+
+def test_page_labels_are_made_in_the_background_and_their_progress_is_shown(store, embedder, three_page_pdf, small_model, monkeypatch):
+    monkeypatch.setattr(config, "ENRICH_ENABLED", True)
+    app = upload(AppTest.from_file(APP, default_timeout=300).run(), three_page_pdf)
+    assert "facts.pdf: searchable" in app.sidebar.status[0].label  # searchable before any label exists
+    deadline = time.monotonic() + 240
+    while "Page labels: done" not in sidebar_text(app.run()) and time.monotonic() < deadline:
+        time.sleep(2)
+    assert "Page labels: done" in sidebar_text(app)
+    labels = store.get_collection(ingest.list_documents(store)[0]["collection"]).get(include=["metadatas"])
+    assert all(m["enriched"] and m["title"] for m in labels["metadatas"])
