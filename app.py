@@ -122,7 +122,7 @@ def document_card(doc: dict, labelling: ingest.EnrichmentProgress | None) -> Non
         name_col.caption(f"Page labels stopped: {labelling.message}")
     elif not labels_missing(doc):
         name_col.caption("Page labels: done")
-    if remove_col.button("✕", key=f"rm-{doc['collection']}", help="Remove from library"):
+    if remove_col.button("", icon=":material/delete:", key=f"rm-{doc['collection']}", help="Remove from library"):
         ingest.delete_document(store(), doc["collection"])
         retriever().refresh()
         st.rerun()
@@ -150,7 +150,7 @@ def model_status() -> None:
         return
     st.sidebar.caption(f"Model: {label} · embeddings: {models.embedder_name(embedder())}")
     if label.startswith("embedded") and models.ollama_models() is None:
-        st.sidebar.caption(f"Ollama: not reachable at {config.OLLAMA_BASE_URL}")
+        st.sidebar.caption(f"Ollama: not reachable at `{config.OLLAMA_BASE_URL}`")
 
 
 def sidebar() -> tuple[list[str] | None, int, bool]:
@@ -185,18 +185,21 @@ def source_for(answer: qa.Answer, citation: qa.Citation) -> Hit | None:
 
 
 def show_citation(answer: qa.Answer, citation: qa.Citation) -> None:
-    """The cited passage and its page as an image, passage highlighted."""
+    """The cited passage beside its page as an image, the passage highlighted."""
     hit = source_for(answer, citation)
     if hit is None:
         st.warning(f"Page {citation.page} was not among the passages the model was shown.")
         return
-    st.markdown(f"> {hit.text}")
+    text_col, page_col = st.columns([2, 3])
+    text_col.markdown(f"> {hit.text}")
+    if hit.title:
+        text_col.caption(f"Page title: {hit.title}")
     pdf = ingest.kept_pdf_path(hit.collection)
     if not pdf.exists():
-        st.info("This document is no longer in the library, so its page cannot be shown.")
+        page_col.info("This document is no longer in the library, so its page cannot be shown.")
         return
     png = preview.render_page(pdf, hit.page, hit.start, hit.end, hit.ocr_boxes or None)
-    st.image(png, caption=f"{hit.doc_name}, page {hit.page}", width="stretch")
+    page_col.image(png, caption=f"{hit.doc_name}, page {hit.page}", width="stretch")
 
 
 def trace_rows(answer: qa.Answer) -> list[dict]:
