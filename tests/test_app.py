@@ -124,3 +124,11 @@ def test_page_labels_are_made_in_the_background_and_their_progress_is_shown(stor
     assert "Page labels: done" in sidebar_text(app)
     labels = store.get_collection(ingest.list_documents(store)[0]["collection"]).get(include=["metadatas"])
     assert all(m["enriched"] and m["title"] for m in labels["metadatas"])
+
+
+def test_the_server_listens_on_localhost_only_with_the_upload_limit_ingest_enforces():
+    import tomllib
+
+    settings = tomllib.loads((Path(APP).parent / ".streamlit" / "config.toml").read_text())
+    assert settings["server"]["address"] == "127.0.0.1"
+    assert settings["server"]["maxUploadSize"] == config.MAX_FILE_MB
