@@ -141,3 +141,18 @@ def test_raw_sample_cuts_embeddings_and_collection_rows_flag_unfinished():
     assert raw["embeddings"] == [{"first_values": [1.0, 1.0], "dimension": 384}]
     rows = db_viewer.collection_rows([{"collection": "pdf_rag_0", "doc_name": "half.pdf", "status": "ingesting", "pages": 3}])
     assert rows[0]["chunks"] is None and "unfinished" in rows[0]["status"] and rows[0]["enriched"] == "0/3"
+
+
+def test_switching_documents_starts_with_fresh_filters(store, embedder, three_page_pdf, tmp_path):
+    ingest.ingest_pdf(three_page_pdf, store, embedder)
+    ingest.ingest_pdf(write_text_pdf(tmp_path / "one.pdf", ["A single page about tides."]), store, embedder)
+    app = run_viewer()
+    facts = next(o for o in app.selectbox[0].options if o.startswith("facts.pdf"))
+    app.selectbox[0].select(facts).run()
+    app.multiselect(key="filter_pages").select(3).run()
+    app.number_input(key="page_number").set_value(3).run()
+    one = next(o for o in app.selectbox[0].options if o.startswith("one.pdf"))
+    app.selectbox[0].select(one).run()
+    assert not app.exception
+    assert app.multiselect(key="filter_pages").value == [] and app.number_input(key="page_number").value == 1
+    assert "tides" in app.code[0].value
