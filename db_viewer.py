@@ -345,6 +345,8 @@ def main() -> None:
     show_document(choose_document(docs))
 
 
-config.setup_logging()
-st.set_page_config(page_title="Store viewer", page_icon="🗄️", layout="wide")
-main()
+# Streamlit runs this file as __main__; the tests import it for its helpers without drawing a page.
+if __name__ == "__main__":
+    config.setup_logging()
+    st.set_page_config(page_title="Store viewer", page_icon="🗄️", layout="wide")
+    main()
