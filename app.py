@@ -122,7 +122,11 @@ def show_message(message: dict) -> None:
 
 
 def main() -> None:
-    scope = sidebar()
+    try:
+        scope = sidebar()
+    except ingest.StoreUnavailableError as err:  # a CHROMA_HOST server that is down: say how to fix it
+        st.error(str(err))
+        return
     st.title("Chat with your PDFs")
     st.session_state.setdefault("messages", [])
     for message in st.session_state.messages:
