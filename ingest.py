@@ -368,6 +368,14 @@ def _server_errors() -> Iterator[None]:
         raise _unreachable(config.CHROMA_HOST, config.CHROMA_PORT) from err
 
 
+def _server_client(host: str, port: int) -> chromadb.ClientAPI:
+    """An HttpClient for a running ``chroma run``; it checks the server answers when made."""
+    try:
+        return chromadb.HttpClient(host=host, port=port)
+    except (ValueError, httpx.TransportError) as err:  # chromadb wraps "connection refused" in a ValueError
+        raise _unreachable(host, port) from err
+
+
 def get_client(path: str | None = None) -> chromadb.ClientAPI:
     """The ChromaDB client: the server at CHROMA_HOST:CHROMA_PORT when CHROMA_HOST is set,
     else the store on disk at ``path`` (default CHROMA_PERSIST_DIR).
@@ -378,14 +386,6 @@ def get_client(path: str | None = None) -> chromadb.ClientAPI:
     if config.CHROMA_HOST and path is None:
         return _server_client(config.CHROMA_HOST, config.CHROMA_PORT)
     return chromadb.PersistentClient(path=path or config.CHROMA_PERSIST_DIR)
-
-
-def _server_client(host: str, port: int) -> chromadb.ClientAPI:
-    """An HttpClient for a running ``chroma run``; it checks the server answers when made."""
-    try:
-        return chromadb.HttpClient(host=host, port=port)
-    except (ValueError, httpx.TransportError) as err:  # chromadb wraps "connection refused" in a ValueError
-        raise _unreachable(host, port) from err
 
 
 def _collection_or_none(client: chromadb.ClientAPI, name: str):

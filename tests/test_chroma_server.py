@@ -9,7 +9,9 @@ import subprocess
 import sys
 import time
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
@@ -19,6 +21,7 @@ import ingest
 from retriever import Retriever
 
 SERVER_START_SECONDS = 60
+HTTP_API = "chromadb.api.fastapi.FastAPI"  # what chromadb.HttpClient talks through
 # What the LLM says for every page: the label itself is not what these tests are about.
 LABEL = '{"title": "Railway history", "keywords": ["trains", "1889"]}'
 
@@ -54,10 +57,9 @@ def wait_for_heartbeat(proc: subprocess.Popen, port: int, log_path: Path) -> Non
     pytest.fail(f"`chroma run` did not answer {url} within {SERVER_START_SECONDS}s:\n{log_path.read_text()[-3000:]}")
 
 
-@pytest.fixture(scope="module")
-def chroma_server(tmp_path_factory):
-    """A real ChromaDB server on a free local port, with its data in a temp dir: yields the port."""
-    root = tmp_path_factory.mktemp("chroma_server")
+@contextmanager
+def running_chroma(root: Path) -> Iterator[int]:
+    """A real ChromaDB server on a free local port, with its data under ``root``: yields the port."""
     port = free_port()
     log_path = root / "server.log"
     with open(log_path, "w") as log_file:
@@ -78,19 +80,26 @@ def chroma_server(tmp_path_factory):
             proc.wait()
 
 
+@pytest.fixture(scope="module")
+def chroma_server(tmp_path_factory) -> Iterator[int]:
+    with running_chroma(tmp_path_factory.mktemp("chroma_server")) as port:
+        yield port
+
+
+def point_config_at_server(monkeypatch, port: int, tmp_path: Path) -> None:
+    monkeypatch.setattr(config, "CHROMA_HOST", "127.0.0.1")
+    monkeypatch.setattr(config, "CHROMA_PORT", port)
+    monkeypatch.setattr(config, "CHROMA_PERSIST_DIR", str(tmp_path / "local"))  # locks go here
+
+
 @pytest.fixture
 def server_store(chroma_server, tmp_path, monkeypatch):
     """config points at the server (and keeps locks in tmp_path); yields a client emptied of documents."""
-    monkeypatch.setattr(config, "CHROMA_HOST", "127.0.0.1")
-    monkeypatch.setattr(config, "CHROMA_PORT", chroma_server)
-    monkeypatch.setattr(config, "CHROMA_PERSIST_DIR", str(tmp_path / "local"))
+    point_config_at_server(monkeypatch, chroma_server, tmp_path)
     client = ingest.get_client()
     yield client
     for col in client.list_collections():  # the server outlives each test
         client.delete_collection(col.name)
-
-
-HTTP_API = "chromadb.api.fastapi.FastAPI"  # what chromadb.HttpClient talks through
 
 
 def test_get_client_talks_to_the_server_when_chroma_host_is_set(server_store):
@@ -149,8 +158,16 @@ def test_enrichment_labels_persist_over_http(server_store, embedder, three_page_
 
 def test_a_server_that_is_down_gets_a_clear_message(monkeypatch, tmp_path):
     port = free_port()
-    monkeypatch.setattr(config, "CHROMA_HOST", "127.0.0.1")
-    monkeypatch.setattr(config, "CHROMA_PORT", port)
-    monkeypatch.setattr(config, "CHROMA_PERSIST_DIR", str(tmp_path / "local"))
+    point_config_at_server(monkeypatch, port, tmp_path)
     with pytest.raises(ingest.StoreUnavailableError, match=f"127.0.0.1:{port}.*chroma run.*CHROMA_HOST"):
         ingest.get_client()
+
+
+def test_a_server_that_stops_mid_session_gets_the_same_clear_message(monkeypatch, tmp_path, embedder):
+    with running_chroma(tmp_path) as port:
+        point_config_at_server(monkeypatch, port, tmp_path)
+        client = ingest.get_client()
+    with pytest.raises(ingest.StoreUnavailableError, match=f"127.0.0.1:{port}"):
+        ingest.list_documents(client)
+    with pytest.raises(ingest.StoreUnavailableError):  # not "the document is not in the store"
+        ingest.open_collection(client, "pdf_rag_0123456789abcdef", embedder)
