@@ -265,7 +265,11 @@ def answer_now(question: str, history: list[tuple[str, str]], scope, k: int) -> 
 
 
 def main() -> None:
-    scope, k, show_trace = sidebar()
+    try:
+        scope, k, show_trace = sidebar()
+    except ingest.StoreUnavailableError as err:  # a CHROMA_HOST server that is down: say how to fix it
+        st.error(str(err))
+        return
     st.title("Chat with your PDFs")
     messages = st.session_state.setdefault("messages", [])
     for index, message in enumerate(messages):

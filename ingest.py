@@ -25,6 +25,10 @@ facts (name, hash, embedder, counts, which pages were OCR'd or empty). A copy of
 the PDF itself is kept beside the store (``kept_pdf_path``) so a cited page can
 be shown as it looks.
 
+The store is a folder (chromadb.PersistentClient) or, when CHROMA_HOST is set,
+a ``chroma run`` server (chromadb.HttpClient); the code above it is the same for
+both, and the locks stay in CHROMA_PERSIST_DIR on this machine either way.
+
 Deliberately simple: a crashed ingest restarts from page 1 rather than resuming
 mid-file (embedding is the cheap part; enrichment, the slow part, does resume),
 and the per-file lock is a local file lock, which does not span machines.
@@ -49,6 +53,8 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import chromadb
+import chromadb.errors
+import httpx
 import pymupdf
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
@@ -101,6 +107,10 @@ class NoTextError(IngestError):
 
 class EmbedderMismatchError(IngestError):
     pass
+
+
+class StoreUnavailableError(IngestError):
+    """The ChromaDB server named by CHROMA_HOST / CHROMA_PORT does not answer."""
 
 
 # -----------------------------------------------------------------------------
@@ -341,15 +351,51 @@ def chunk_page(text: str, size: int | None = None, overlap: int | None = None) -
 # The store
 
 
+def _unreachable(host: str, port: int) -> StoreUnavailableError:
+    return StoreUnavailableError(
+        f"The ChromaDB server at {host}:{port} does not answer. Start it with "
+        f"`chroma run --path /data/chroma --host {host} --port {port}`, or unset CHROMA_HOST "
+        f"to use the folder {config.CHROMA_PERSIST_DIR} instead."
+    )
+
+
+@contextmanager
+def _server_errors() -> Iterator[None]:
+    """Turn a lost connection to the ChromaDB server into a StoreUnavailableError.
+
+    Only a server is reached over the network, so a local store never raises these.
+    """
+    try:
+        yield
+    except httpx.TransportError as err:
+        raise _unreachable(config.CHROMA_HOST, config.CHROMA_PORT) from err
+
+
+def _server_client(host: str, port: int) -> chromadb.ClientAPI:
+    """An HttpClient for a running ``chroma run``; it checks the server answers when made."""
+    try:
+        return chromadb.HttpClient(host=host, port=port)
+    except (ValueError, httpx.TransportError) as err:  # chromadb wraps "connection refused" in a ValueError
+        raise _unreachable(host, port) from err
+
+
 def get_client(path: str | None = None) -> chromadb.ClientAPI:
-    """The ChromaDB client for the persistent store on disk."""
+    """The ChromaDB client: the server at CHROMA_HOST:CHROMA_PORT when CHROMA_HOST is set,
+    else the store on disk at ``path`` (default CHROMA_PERSIST_DIR).
+
+    A ``path`` given outright always means that folder: the benchmarks, evaluations
+    and tests build throwaway stores that must not land on a shared server.
+    """
+    if config.CHROMA_HOST and path is None:
+        return _server_client(config.CHROMA_HOST, config.CHROMA_PORT)
     return chromadb.PersistentClient(path=path or config.CHROMA_PERSIST_DIR)
 
 
 def _collection_or_none(client: chromadb.ClientAPI, name: str):
     try:
-        return client.get_collection(name, embedding_function=None)
-    except Exception:  # chromadb raises NotFoundError / ValueError depending on version
+        with _server_errors():
+            return client.get_collection(name, embedding_function=None)
+    except (chromadb.errors.NotFoundError, ValueError):  # ValueError: how older chromadb said "not found"
         return None
 
 
@@ -360,7 +406,9 @@ def is_complete(collection) -> bool:
 def list_documents(client: chromadb.ClientAPI, include_incomplete: bool = False) -> list[dict]:
     """One dict per document collection: its metadata plus ``collection``."""
     docs = []
-    for col in client.list_collections():
+    with _server_errors():
+        collections = client.list_collections()
+    for col in collections:
         if not col.name.startswith(config.COLLECTION_PREFIX):
             continue
         meta = dict(col.metadata or {})
@@ -806,7 +854,12 @@ def main(argv: list[str] | None = None) -> int:
     if not pdfs:
         sys.stderr.write("No PDF files found.\n")
         return 1
-    client, embedder = get_client(), models.get_embeddings()
+    try:
+        client = get_client()
+    except StoreUnavailableError as err:
+        sys.stderr.write(f"{err}\n")
+        return 1
+    embedder = models.get_embeddings()
     rows, failures = [], 0
     for pdf in pdfs:
         sys.stderr.write(f"{pdf}\n")

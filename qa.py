@@ -379,8 +379,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     config.setup_logging(logging.WARNING)
-    client, embedder = ingest.get_client(), models.get_embeddings()
     try:
+        client, embedder = ingest.get_client(), models.get_embeddings()
         scope = [ingest.ingest_pdf(pdf, client, embedder).collection for pdf in args.pdf]
         retriever = Retriever(client, embedder)
         stream = ask(args.question, retriever, scope=scope)

@@ -264,6 +264,8 @@ class Retriever:
         per document, which measured 580 ms at 100k chunks in 200 documents.
         """
         self._refresh_if_stale()
+        if not self._ids:  # an empty library has no vector width to multiply by
+            return []
         n = n or config.CANDIDATES
         similarity = self._vectors @ np.asarray(self._embed_query(question), dtype=np.float32)
         if scope is not None:
