@@ -1,19 +1,30 @@
 """Benchmarks that print numbers (speed and memory targets live here, not in tests).
 
     python bench.py ingest PDF... [--enrich-pages N] [--json OUT]
+    python bench.py ingest --big 1000 [--json OUT]
     python bench.py retrieval [--chunks 1000 10000 100000] [--json OUT]
+    python bench.py answer [--models qwen2.5-coder-0.5b qwen2.5-coder-1.5b] [--questions 10] [--json OUT]
 
 ``ingest`` runs each PDF in a fresh child process with an empty temporary
 store, so every row has its own cold start and its own peak RSS. A row gives
 time-to-searchable (the ingest call: open, extract/OCR, chunk, embed, store,
 mark complete), pages per second for each stage, and, with --enrich-pages,
-seconds per page for LLM titles/keywords on the first N pages.
+seconds per page for LLM titles/keywords on the first N pages. It also re-embeds
+the same chunks with the embedder alone, so "pipeline / raw" says how close the
+whole ingest comes to the embedder's own speed, and it records the longest
+silence between progress updates. ``--big N`` builds (once, cached under
+``bench_store/``) an N-page PDF from the text pages of the bench PDFs and
+ingests that: the bounded-memory case.
 
 ``retrieval`` builds (once, cached under ``bench_store/``) stores of N chunks
 from the real chunks and vectors of the evaluation store (run
 ``eval_retrieval.py`` on ../shared/bench/mmlongbench first), copied into
 collections of about 500 chunks (a 100-page PDF each) with a little noise added
 to each copy's vector, then times every leg of real bench questions.
+``answer`` asks the sample questions in ``input_data/`` (R-intro.pdf, cached in
+``bench_store/answer``) the way the app does (retrieve, fit the context, stream)
+and reports time to first token, generation speed and prompt size per model.
+
 Timings are single runs on a shared machine: repeat and compare medians.
 """
 
@@ -21,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import resource
 import subprocess
@@ -32,6 +44,9 @@ from pathlib import Path
 import config
 
 STAGES = ("extract", "ocr", "chunk", "embed", "store")
+BENCH_DIR = config.BASE_DIR.parent / "shared" / "bench" / "mmlongbench"
+BENCH_PDFS = BENCH_DIR / "pdfs"
+BENCH_QUESTIONS = BENCH_DIR / "questions.jsonl"
 
 
 def ingest_one(pdf: Path, enrich_pages: int) -> dict:
@@ -45,7 +60,13 @@ def ingest_one(pdf: Path, enrich_pages: int) -> dict:
     with tempfile.TemporaryDirectory() as store_dir:
         config.CHROMA_PERSIST_DIR = store_dir
         client = ingest.get_client(store_dir)
-        result = ingest.ingest_pdf(pdf, client, embedder)
+        updates: list[float] = []
+        result = ingest.ingest_pdf(pdf, client, embedder, progress=lambda *_: updates.append(time.perf_counter()))
+        gaps = [b - a for a, b in zip([t0 + load_seconds] + updates, updates)]
+        texts = client.get_collection(result.collection).get(include=["documents"])["documents"]
+        t = time.perf_counter()
+        embedder.embed_documents(texts)
+        raw_embed_s = time.perf_counter() - t
         row = {
             "pdf": pdf.name,
             "pages": result.pages,
@@ -55,6 +76,10 @@ def ingest_one(pdf: Path, enrich_pages: int) -> dict:
             "searchable_s": round(result.seconds, 2),
             "stage_s": {k: round(v, 2) for k, v in result.stage_seconds.items()},
             "chunks_per_s_embed": round(result.chunks / max(result.stage_seconds["embed"], 1e-9), 1),
+            "chunks_per_s_raw": round(result.chunks / max(raw_embed_s, 1e-9), 1),
+            "pipeline_vs_raw": round(raw_embed_s / max(result.seconds, 1e-9), 2),
+            "progress_updates": len(updates),
+            "max_progress_gap_s": round(max(gaps, default=0.0), 1),
         }
         if enrich_pages:
             col = ingest.open_collection(client, result.collection, embedder)
@@ -85,7 +110,8 @@ def run_isolated(pdf: Path, enrich_pages: int) -> dict:
 
 
 def print_ingest_table(rows: list[dict]) -> None:
-    header = ["pdf", "pages", "chunks", "ocr", "searchable s", *(f"{s} p/s" for s in STAGES), "embed ch/s", "peak MiB", "enrich s/p"]
+    header = ["pdf", "pages", "chunks", "ocr", "searchable s", *(f"{s} p/s" for s in STAGES), "embed ch/s",
+              "raw ch/s", "pipeline/raw", "max gap s", "peak MiB", "enrich s/p"]
     lines = [header]
     for r in rows:
         if "error" in r:
@@ -96,18 +122,44 @@ def print_ingest_table(rows: list[dict]) -> None:
         ]
         lines.append(
             [r["pdf"][:40], r["pages"], r["chunks"], r["ocr_pages"], r["searchable_s"], *per_stage,
-             r["chunks_per_s_embed"], r["peak_rss_mib"], r.get("enrich_s_per_page", "-")]
+             r["chunks_per_s_embed"], r["chunks_per_s_raw"], r["pipeline_vs_raw"], r["max_progress_gap_s"],
+             r["peak_rss_mib"], r.get("enrich_s_per_page", "-")]
         )
-    widths = [max(len(str(line[i])) for line in lines) for i in range(len(header))]
+    print_table(lines)
+
+
+def print_table(lines: list[list]) -> None:
+    """Rows of cells as aligned columns; the first row is the header."""
+    widths = [max(len(str(line[i])) for line in lines) for i in range(len(lines[0]))]
     for line in lines:
         print("  ".join(str(v).ljust(w) for v, w in zip(line, widths)))
+
+
+def build_big_pdf(pages: int, target: Path) -> Path:
+    """An N-page PDF of text pages cut from the bench PDFs, built once (the 1,000-page case)."""
+    import pymupdf
+
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    out = pymupdf.open()
+    for source in sorted(BENCH_PDFS.glob("*.pdf")):
+        with pymupdf.open(source) as doc:
+            for page in doc:
+                if out.page_count < pages and len(page.get_text("text").strip()) >= config.OCR_SPARSE_TEXT_CHARS:
+                    out.insert_pdf(doc, from_page=page.number, to_page=page.number)
+    if out.page_count < pages:
+        raise SystemExit(f"The bench PDFs hold only {out.page_count} text pages; asked for {pages}.")
+    partial = target.with_suffix(".partial")
+    out.save(partial, garbage=3, deflate=True)
+    partial.replace(target)
+    return target
 
 
 # -----------------------------------------------------------------------------
 # Retrieval latency
 
 CHUNKS_PER_COLLECTION = 500
-BENCH_QUESTIONS = config.BASE_DIR.parent / "shared" / "bench" / "mmlongbench" / "questions.jsonl"
 
 
 def build_scaled_store(n_chunks: int, source_dir: Path, target_dir: Path):
@@ -181,20 +233,79 @@ def time_retrieval(client, questions: list[str]) -> dict:
     return row
 
 
+# -----------------------------------------------------------------------------
+# Answering speed
+
+
+def time_answers(model_name: str, questions: list[str]) -> dict:
+    """Median time to first token, tokens/s and prompt size of one embedded model, asked
+    the way qa.ask does it (retrieve, fit the sources, stream) minus the citation check."""
+    import statistics
+
+    import ingest
+    import models
+    import qa
+    from retriever import Retriever
+
+    store_dir = config.BASE_DIR / "bench_store" / "answer"
+    config.CHROMA_PERSIST_DIR = str(store_dir)
+    client, embedder = ingest.get_client(str(store_dir)), models.get_embeddings()
+    for pdf in sorted((Path(config.INPUT_DATA_DIR) / "pdfs").glob("*.pdf")):
+        ingest.ingest_pdf(pdf, client, embedder)
+    retriever = Retriever(client, embedder)
+    t = time.perf_counter()
+    llm = models.EmbeddedChatModel.load(model_name)
+    load_s = time.perf_counter() - t
+    samples = {"prompt_tokens": [], "first_token_s": [], "tokens_per_s": [], "answer_tokens": [], "total_s": []}
+    for question in questions:
+        sources = qa.fit_sources(question, retriever.search(question), [], llm.count_tokens, config.LLM_N_CTX, config.LLM_MAX_TOKENS)
+        messages = qa.build_messages(question, sources, [])
+        t0, first, text = time.perf_counter(), None, ""
+        for chunk in llm.stream(messages):
+            first = first or time.perf_counter()
+            text += chunk.content
+        end = time.perf_counter()
+        answer_tokens = llm.count_tokens(text)
+        samples["prompt_tokens"].append(sum(llm.count_tokens(m.content) for m in messages))
+        samples["first_token_s"].append(first - t0)
+        samples["tokens_per_s"].append((answer_tokens - 1) / max(end - first, 1e-9))
+        samples["answer_tokens"].append(answer_tokens)
+        samples["total_s"].append(end - t0)
+    row = {"model": model_name, "questions": len(questions), "load_s": round(load_s, 1)}
+    row.update({f"median_{k}": round(statistics.median(v), 1) for k, v in samples.items()})
+    return row
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("ingest", "_ingest_one"):
         p = sub.add_parser(name)
-        p.add_argument("pdfs", nargs="+", type=Path)
+        p.add_argument("pdfs", nargs="*", type=Path)
+        p.add_argument("--big", type=int, default=0, help="also build and ingest a PDF of this many text pages")
         p.add_argument("--enrich-pages", type=int, default=0, help="also time LLM labels on the first N pages")
         p.add_argument("--json", type=Path, help="write the rows here")
+    p = sub.add_parser("answer")
+    p.add_argument("--models", nargs="+", default=["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
+    p.add_argument("--questions", type=int, default=10, help="how many of input_data's questions to ask")
+    p.add_argument("--json", type=Path)
     p = sub.add_parser("retrieval")
     p.add_argument("--chunks", type=int, nargs="+", default=[1000, 10000, 100000])
     p.add_argument("--questions", type=int, default=100, help="how many bench questions to time")
     p.add_argument("--source-store", type=Path, default=config.BASE_DIR / "chroma_store_eval")
     p.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
+    if args.command != "_ingest_one":
+        print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    if args.command == "answer":
+        config.setup_logging(40)
+        path = Path(config.INPUT_DATA_DIR) / "eval_questions.json"
+        questions = [q["question"] for q in json.loads(path.read_text())][: args.questions]
+        rows = [time_answers(name, questions) for name in args.models]
+        print_table([list(rows[0])] + [list(r.values()) for r in rows])
+        if args.json:
+            args.json.write_text(json.dumps({"answer": rows}, indent=2))
+        return 0
     if args.command == "retrieval":
         config.setup_logging(40)
         questions = [json.loads(line)["question"] for line in BENCH_QUESTIONS.read_text().splitlines()][: args.questions]
@@ -202,7 +313,12 @@ def main(argv: list[str] | None = None) -> int:
         for n in args.chunks:
             client = build_scaled_store(n, args.source_store, config.BASE_DIR / "bench_store" / str(n))
             rows.append(time_retrieval(client, questions))
-            print(json.dumps(rows[-1]))
+        legs = ("embed", "semantic", "bm25", "total")
+        header = ["chunks", "collections", "index build s", *(f"{leg} p50/p95 ms" for leg in legs)]
+        print_table([header] + [
+            [r["chunks"], r["collections"], r["index_build_s"], *(f"{r[f'{leg}_p50_ms']} / {r[f'{leg}_p95_ms']}" for leg in legs)]
+            for r in rows
+        ])
         if args.json:
             args.json.write_text(json.dumps({"retrieval": rows}, indent=2))
         return 0
@@ -210,8 +326,10 @@ def main(argv: list[str] | None = None) -> int:
         config.setup_logging(40)
         print(json.dumps(ingest_one(args.pdfs[0], args.enrich_pages)))
         return 0
-    rows = [run_isolated(pdf, args.enrich_pages) for pdf in args.pdfs]
-    print(f"machine: {platform.machine()}, {__import__('os').cpu_count()} cores, Python {platform.python_version()}")
+    pdfs = args.pdfs + ([build_big_pdf(args.big, config.BASE_DIR / "bench_store" / f"big-{args.big}.pdf")] if args.big else [])
+    if not pdfs:
+        parser.error("name PDFs to ingest, or --big N")
+    rows = [run_isolated(pdf, args.enrich_pages) for pdf in pdfs]
     print_ingest_table(rows)
     if args.json:
         args.json.write_text(json.dumps({"ingest": rows}, indent=2))

@@ -131,6 +131,15 @@ def main(argv: list[str] | None = None) -> int:
                     ],
                     "confidence": answer.confidence,
                     "seconds": round(answer.seconds, 1),
+                    "first_token_seconds": round(answer.first_token_seconds or 0.0, 1),
+                    # what the checker saw, so citations can be re-checked and judged by hand later
+                    "sentences": [
+                        {"text": s.text, "supported": s.supported, "cited": [c.number for c in s.citations if not c.inferred],
+                         "inferred": [c.number for c in s.citations if c.inferred]}
+                        for s in answer.sentences
+                    ],
+                    "sources": [{"n": n, "page": h.page, "gold_page": h.collection == col and h.page in q["pages"], "text": h.text}
+                                for n, h in enumerate(answer.sources, 1)],
                 }
                 rows.append(row)
                 out.write(json.dumps(row, ensure_ascii=False) + "\n")
