@@ -34,9 +34,10 @@ import eval_retrieval
 import ingest
 import models
 import qa
-from retriever import Retriever
+from retriever import Hit, Retriever
 
 BENCH = config.BASE_DIR.parent / "shared" / "bench" / "mmlongbench" / "questions.jsonl"
+LABELS = config.BASE_DIR / "input_data" / "citation_judgments.jsonl"
 
 
 def normalise(text: str) -> str:
@@ -91,6 +92,43 @@ def summarise(rows: list[dict]) -> dict:
     }
 
 
+# -----------------------------------------------------------------------------
+# Citations judged by hand: re-check stored answers under the current settings
+
+
+def rows_hits(row: dict) -> list[Hit]:
+    """The passages a stored answer was checked against, rebuilt as Hits ([1] first)."""
+    return [Hit(id=str(s["n"]), collection="c", doc_name="doc", page=s["page"], start=0, end=len(s["text"]), text=s["text"])
+            for s in row["sources"]]
+
+
+def citation_pairs(rows: list[dict], embedder) -> list[dict]:
+    """Every (sentence, cited passage) an answer would show, re-checked with today's settings."""
+    pairs = []
+    for row in rows:
+        hits = rows_hits(row)
+        for sentence in qa.verify_answer(row["answer"], hits, embedder):
+            for c in sentence.citations:
+                pairs.append({"model": row["model"], "question": row["question"], "sentence": qa.strip_markers(sentence.text),
+                              "page": c.page, "inferred": c.inferred, "verified": c.verified,
+                              "gold_page": row["sources"][c.number - 1]["gold_page"], "passage": hits[c.number - 1].text})
+    return pairs
+
+
+def pair_key(pair: dict) -> str:
+    return f"{pair['question']}|{pair['sentence']}|{pair['page']}"
+
+
+def citation_precision(pairs: list[dict], labels: dict[str, bool]) -> dict:
+    """Share of shown citations a person judged supporting, for verified (✓) ones and for all."""
+    judged = [p for p in pairs if pair_key(p) in labels]
+    ticked = [p for p in judged if p["verified"]]
+    share = lambda ps: round(sum(labels[pair_key(p)] for p in ps) / len(ps), 3) if ps else None  # noqa: E731
+    return {"pairs": len(pairs), "judged": len(judged), "verified_judged": len(ticked),
+            "precision_verified": share(ticked), "precision_all_shown": share(judged),
+            "supported_caught": f"{sum(labels[pair_key(p)] for p in ticked)}/{sum(labels[pair_key(p)] for p in judged)}"}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Answer-level evaluation per embedded model.")
     parser.add_argument("--questions", type=Path, default=BENCH)
@@ -100,7 +138,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", default=["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
     parser.add_argument("--store", type=Path, default=eval_retrieval.DEFAULT_STORE)
     parser.add_argument("--out", type=Path, default=Path("eval_answers.jsonl"))
+    parser.add_argument("--recheck", type=Path, help="re-check the citations of these stored rows (no LLM) ...")
+    parser.add_argument("--labels", type=Path, default=LABELS, help="... against these hand judgments")
+    parser.add_argument("--pairs", type=Path, help="write the re-checked (sentence, passage) pairs here, for judging")
     args = parser.parse_args(argv)
+    if args.recheck:
+        return recheck(args.recheck, args.labels, args.pairs)
     config.setup_logging(logging.WARNING)
     config.CHROMA_PERSIST_DIR = str(args.store)
 
@@ -149,6 +192,23 @@ def main(argv: list[str] | None = None) -> int:
             results[name] = summarise(rows)
             print(name, json.dumps(results[name]))
             del llm
+    return 0
+
+
+def recheck(rows_path: Path, labels_path: Path, pairs_out: Path | None) -> int:
+    """Citation precision of stored answers under the current SUPPORT_* settings, per model."""
+    rows = [json.loads(line) for line in rows_path.read_text().splitlines() if line.strip()]
+    pairs = citation_pairs(rows, models.get_embeddings())
+    if pairs_out:
+        pairs_out.write_text("".join(json.dumps(p, ensure_ascii=False) + "\n" for p in pairs))
+    labels = {}
+    if labels_path.exists():
+        for line in labels_path.read_text().splitlines():
+            if line.strip():
+                judged = json.loads(line)
+                labels[pair_key(judged)] = judged["supports"]
+    for model in sorted({p["model"] for p in pairs}):
+        print(model, json.dumps(citation_precision([p for p in pairs if p["model"] == model], labels)))
     return 0
 
 

@@ -105,7 +105,12 @@ def rewrite_query(llm: BaseChatModel, question: str, history: list[tuple[str, st
 # Citations
 
 _MARKER = re.compile(r"\[(\d+(?:\s*,\s*\d+)*)\]")
-_SENTENCE = re.compile(r"[^\n]+?(?:[.!?]+(?:\s*\[\d+(?:\s*,\s*\d+)*\])*(?=\s|$)|$)|[^\n]+")
+_SENTENCE_END = re.compile(r"[.!?]+(?:\s*\[\d+(?:\s*,\s*\d+)*\])*(?=\s|$)")
+# A period after these is not the end of a sentence ("Rs. 1,039 million", "Fig. 3", "e.g. this").
+_ABBREVIATIONS = set(
+    "rs mr mrs ms dr prof st no nos vs fig figs eq sec ch vol pp p e.g i.e etc inc ltd co corp approx est "
+    "jan feb mar apr jun jul aug sep sept oct nov dec u.s u.k".split()
+)
 
 
 def parse_citations(text: str) -> list[int]:
@@ -125,12 +130,30 @@ def strip_markers(text: str) -> str:
     return _MARKER.sub("", text).strip()
 
 
+def _ends_sentence(line: str, start: int, match: re.Match) -> bool:
+    """Is this period (or ! or ?) a sentence end, not an abbreviation or a decimal-like break?"""
+    words = line[start : match.start()].split()
+    if match.group(0).startswith(".") and words and words[-1].lower().rstrip(".") in _ABBREVIATIONS:
+        return False
+    following = line[match.end() :].lstrip()[:1]
+    return not following.islower()
+
+
 def split_sentences(text: str) -> list[str]:
-    """Sentences with their trailing citation markers kept on them.
+    """Sentences with their trailing citation markers kept on them; abbreviations do not split.
 
     split_sentences("It rained. [1] Then it snowed [2].") -> ["It rained. [1]", "Then it snowed [2]."]
+    split_sentences("Funds were Rs. 1,039 million [2].") -> ["Funds were Rs. 1,039 million [2]."]
     """
-    return [s.strip() for s in _SENTENCE.findall(text) if strip_markers(s).strip(" -*•")]
+    sentences = []
+    for line in text.split("\n"):
+        start = 0
+        for match in _SENTENCE_END.finditer(line):
+            if _ends_sentence(line, start, match):
+                sentences.append(line[start : match.end()].strip())
+                start = match.end()
+        sentences.append(line[start:].strip())
+    return [s for s in sentences if strip_markers(s).strip(" -*•")]
 
 
 @dataclass
@@ -196,11 +219,13 @@ def verify_answer(answer: str, sources: list[Hit], embedder) -> list[CheckedSent
             for n in cited
             if 1 <= n <= len(sources)
         ]
-        if not cited:
+        if any(c.verified for c in citations):
+            citations = [c for c in citations if c.verified]  # co-cited pages that do not back it add only noise
+        else:
             best = int(np.argmax(scores))
-            if scores[best] >= 1:
+            if scores[best] >= 1:  # no marker, or a wrong one: attribute the sentence to the page that backs it
                 hit = sources[best]
-                citations = [Citation(best + 1, hit.doc_name, hit.page, hit.collection, True, inferred=True)]
+                citations.append(Citation(best + 1, hit.doc_name, hit.page, hit.collection, True, inferred=True))
         supported = any(c.verified for c in citations)
         checked.append(CheckedSentence(sentence, citations, supported, fabricated))
     return checked

@@ -36,6 +36,8 @@ def facts(store, embedder, three_page_pdf):
 def test_parse_citations_and_sentences_worked_examples():
     assert qa.parse_citations("Rain fell [2]. It flooded [1, 3][2].") == [2, 1, 3]
     assert qa.split_sentences("It rained. [1] Then it snowed [2].") == ["It rained. [1]", "Then it snowed [2]."]
+    assert qa.split_sentences("Funds were Rs. 1,039 million, see Fig. 3 [2]. Then e.g. this.\n- a [1]") == [
+        "Funds were Rs. 1,039 million, see Fig. 3 [2].", "Then e.g. this.", "- a [1]"]
 
 
 def test_question_intent_and_answer_shape_rules():
@@ -157,6 +159,20 @@ def test_a_sentence_without_markers_gets_an_inferred_citation(embedder):
     checked = qa.verify_answer("The railway came to the town in 1889.", sources, embedder)
     citation = checked[0].citations[0]
     assert citation.inferred and citation.verified and citation.page == 3
+
+
+def test_a_wrong_marker_stays_flagged_and_the_page_that_backs_the_sentence_is_inferred(embedder):
+    sources = [_hit("The railway reached the town in 1889.", 3), _hit("Cod and haddock were landed.", 2)]
+    [checked] = qa.verify_answer("The railway reached the town in 1889 [2].", sources, embedder)
+    wrong, found = checked.citations
+    assert (wrong.page, wrong.verified) == (2, False)
+    assert (found.page, found.verified, found.inferred) == (3, True, True) and checked.supported
+
+
+def test_co_cited_pages_that_do_not_back_a_supported_sentence_are_not_shown(embedder):
+    sources = [_hit("The railway reached the town in 1889.", 3), _hit("Cod and haddock were landed.", 2)]
+    [checked] = qa.verify_answer("The railway reached the town in 1889 [1][2].", sources, embedder)
+    assert [(c.page, c.verified) for c in checked.citations] == [(3, True)]
 
 
 def test_personal_data_questions_can_be_refused(facts, monkeypatch):
