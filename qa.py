@@ -177,20 +177,36 @@ class CheckedSentence:
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 
 
+_MONTH = re.compile(
+    r"\b(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sept?(?:ember)?|oct(?:ober)?"
+    r"|nov(?:ember)?|dec(?:ember)?)\b",
+    re.IGNORECASE,
+)
+
+
 def numbers_in(text: str) -> set[str]:
     """numbers_in("3,200 tonnes in 1911 (3.5%)") -> {"3200", "1911", "3.5"}"""
     return {n.replace(",", "").rstrip(".") for n in _NUMBER.findall(text)}
 
 
+def specifics_in(text: str) -> set[str]:
+    """The checkable specifics of a claim: its numbers and month names.
+
+    specifics_in("Due 01 June 2024") -> {"01", "2024", "jun"}
+    """
+    months = {m.lower()[:3] for m in _MONTH.findall(text) if m not in ("may", "march")}  # lower case: the verbs
+    return numbers_in(text) | months
+
+
 def support_scores(sentence: str, sources: list[Hit], sentence_vec, source_vecs) -> list[float]:
     """How well each source supports a sentence: max of word overlap and embedding similarity, each
-    divided by its threshold, so >= 1 means supported. A source lacking any number the sentence
-    states scores 0: similar wording is no support for a figure the passage does not contain."""
+    divided by its threshold, so >= 1 means supported. A source lacking any number or month the
+    sentence states scores 0: similar wording is no support for a figure or date the passage lacks."""
     claim = strip_markers(sentence)
-    words, numbers = set(tokenize(claim)), numbers_in(claim)
+    words, specifics = set(tokenize(claim)), specifics_in(claim)
     scores = []
     for hit, vec in zip(sources, source_vecs):
-        if not numbers <= numbers_in(hit.text):
+        if not specifics <= specifics_in(hit.text):
             scores.append(0.0)
             continue
         overlap = len(words & set(tokenize(hit.text))) / max(len(words), 1)

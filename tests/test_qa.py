@@ -152,6 +152,13 @@ def test_a_figure_the_passage_does_not_contain_is_not_supported(embedder):
     checked = qa.verify_answer("In 1911 the catch reached 3,200 tonnes [1]. In 1911 the catch reached 4,100 tonnes [1].", sources, embedder)
     assert checked[0].supported and checked[1].supported is False
     assert qa.numbers_in("3,200 tonnes in 1911 (3.5%).") == {"3200", "1911", "3.5"}
+    assert qa.specifics_in("Due 01 June; it may slip to Sept. Marketing") == {"01", "jun", "sep"}
+
+
+def test_a_month_the_passage_does_not_name_is_not_supported(embedder):
+    sources = [_hit("For students in the Jan intake, the committee is due by 01 Aug of the same year.", 13)]
+    [checked] = qa.verify_answer("Jan intake students must form the committee by 01 June of the same year [1].", sources, embedder)
+    assert checked.supported is False
 
 
 def test_a_sentence_without_markers_gets_an_inferred_citation(embedder):
