@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -183,6 +184,7 @@ class Retriever:
         self._checked_at = 0.0
         self._loaded: dict[tuple, dict] = {}  # (collection, enriched pages) -> its chunks, vectors, pages
         self._embed_query = lru_cache(maxsize=1024)(self.embedder.embed_query)  # follow-ups and evals repeat queries
+        self._lock = threading.RLock()
 
     # -- keeping the in-memory index in step with the store ------------------
 
@@ -224,32 +226,33 @@ class Retriever:
         documents are read from the store; the BM25 matrix and the vector matrix
         are then re-stacked from what is cached.
         """
-        self._checked_at = time.monotonic()
-        signature = self._library_signature()
-        if signature == self._signature:
-            return
-        self._loaded = {key: self._loaded.get(key) or self._load_collection(key[0]) for key in signature}
-        self._collections = {name: self._loaded[(name, e)]["collection"] for name, e in signature}
-        self._chunks: dict[str, tuple[str, dict, str]] = {}  # chunk id -> (text, metadata, collection)
-        self._page_chunks: dict[PageKey, list[str]] = {}
-        self._owner_code = {name: code for code, (name, _) in enumerate(self._loaded)}
-        ids, vectors, page_tokens, row_owner = [], [], [], []
-        for (name, _), part in self._loaded.items():
-            for chunk_id, text, meta in zip(part["ids"], part["texts"], part["metas"]):
-                self._chunks[chunk_id] = (text, meta, name)
-                self._page_chunks.setdefault((name, meta["page"]), []).append(chunk_id)
-            row_owner += [self._owner_code[name]] * len(part["ids"])
-            ids += part["ids"]
-            vectors.append(part["vectors"].reshape(len(part["ids"]), -1))
-            page_tokens += [((name, page), tokens) for page, tokens in part["page_tokens"].items()]
-        self._ids = ids
-        self._vectors = np.concatenate(vectors) if vectors else np.zeros((0, 1), dtype=np.float32)
-        self._pages = [key for key, _ in page_tokens]
-        self._row_owner = np.array(row_owner, dtype=np.int32)
-        self._page_owner = np.array([self._owner_code[name] for name, _ in self._pages], dtype=np.int32)
-        self._bm25 = SparseBM25([tokens for _, tokens in page_tokens])
-        self._signature = signature
-        log.info("Index rebuilt: %d documents, %d pages, %d chunks", len(self._collections), len(self._pages), len(ids))
+        with self._lock:  # one rebuild at a time; searches wait for it
+            self._checked_at = time.monotonic()
+            signature = self._library_signature()
+            if signature == self._signature:
+                return
+            self._loaded = {key: self._loaded.get(key) or self._load_collection(key[0]) for key in signature}
+            self._collections = {name: self._loaded[(name, e)]["collection"] for name, e in signature}
+            self._chunks: dict[str, tuple[str, dict, str]] = {}  # chunk id -> (text, metadata, collection)
+            self._page_chunks: dict[PageKey, list[str]] = {}
+            self._owner_code = {name: code for code, (name, _) in enumerate(self._loaded)}
+            ids, vectors, page_tokens, row_owner = [], [], [], []
+            for (name, _), part in self._loaded.items():
+                for chunk_id, text, meta in zip(part["ids"], part["texts"], part["metas"]):
+                    self._chunks[chunk_id] = (text, meta, name)
+                    self._page_chunks.setdefault((name, meta["page"]), []).append(chunk_id)
+                row_owner += [self._owner_code[name]] * len(part["ids"])
+                ids += part["ids"]
+                vectors.append(part["vectors"].reshape(len(part["ids"]), -1))
+                page_tokens += [((name, page), tokens) for page, tokens in part["page_tokens"].items()]
+            self._ids = ids
+            self._vectors = np.concatenate(vectors) if vectors else np.zeros((0, 1), dtype=np.float32)
+            self._pages = [key for key, _ in page_tokens]
+            self._row_owner = np.array(row_owner, dtype=np.int32)
+            self._page_owner = np.array([self._owner_code[name] for name, _ in self._pages], dtype=np.int32)
+            self._bm25 = SparseBM25([tokens for _, tokens in page_tokens])
+            self._signature = signature
+            log.info("Index rebuilt: %d documents, %d pages, %d chunks", len(self._collections), len(self._pages), len(ids))
 
     def _in_scope(self, scope: list[str] | None) -> list[str]:
         return [c for c in self._collections if scope is None or c in scope]
@@ -329,28 +332,29 @@ class Retriever:
         k = k or config.TOP_K
         page_refs = config.PAGE_REFS if page_refs is None else page_refs
         keyword_seat = config.KEYWORD_SEAT if keyword_seat is None else keyword_seat
-        semantic = self.semantic(question, scope) if mode != "bm25" or page_refs else []
-        keyword = self.keyword(question, scope) if mode != "semantic" else []
-        named = self.named_pages(question, scope, semantic) if page_refs else []
-        if mode == "bm25":
-            semantic = []
-        fused = rrf([[key for key, _, _ in semantic], [key for key, _ in keyword], named])
-        trace: dict[PageKey, dict] = {key: {"rrf": score} for key, score in fused.items()}
-        for rank, (key, similarity, _) in enumerate(semantic, 1):
-            trace[key].update(semantic_rank=rank, semantic_score=round(similarity, 4))
-        for rank, (key, score) in enumerate(keyword, 1):
-            trace[key].update(bm25_rank=rank, bm25_score=round(score, 4))
-        for rank, key in enumerate(named, 1):
-            trace[key].update(page_ref_rank=rank)
-        best_chunk = {key: chunk_id for key, _, chunk_id in semantic}
-        top = sorted(fused, key=lambda key: -fused[key])[:k]
-        if keyword_seat and mode == "hybrid" and keyword and keyword[0][0] not in top:
-            top[-1] = keyword[0][0]
-            trace[top[-1]]["keyword_seat"] = True
-        return [
-            self._hit(best_chunk.get(key) or self._best_keyword_chunk(key, question), fused[key], trace[key])
-            for key in top
-        ]
+        with self._lock:  # browser tabs share one retriever
+            semantic = self.semantic(question, scope) if mode != "bm25" or page_refs else []
+            keyword = self.keyword(question, scope) if mode != "semantic" else []
+            named = self.named_pages(question, scope, semantic) if page_refs else []
+            if mode == "bm25":
+                semantic = []
+            fused = rrf([[key for key, _, _ in semantic], [key for key, _ in keyword], named])
+            trace: dict[PageKey, dict] = {key: {"rrf": score} for key, score in fused.items()}
+            for rank, (key, similarity, _) in enumerate(semantic, 1):
+                trace[key].update(semantic_rank=rank, semantic_score=round(similarity, 4))
+            for rank, (key, score) in enumerate(keyword, 1):
+                trace[key].update(bm25_rank=rank, bm25_score=round(score, 4))
+            for rank, key in enumerate(named, 1):
+                trace[key].update(page_ref_rank=rank)
+            best_chunk = {key: chunk_id for key, _, chunk_id in semantic}
+            top = sorted(fused, key=lambda key: -fused[key])[:k]
+            if keyword_seat and mode == "hybrid" and keyword and keyword[0][0] not in top:
+                top[-1] = keyword[0][0]
+                trace[top[-1]]["keyword_seat"] = True
+            return [
+                self._hit(best_chunk.get(key) or self._best_keyword_chunk(key, question), fused[key], trace[key])
+                for key in top
+            ]
 
     def _best_keyword_chunk(self, key: PageKey, question: str) -> str:
         """The chunk of a page that shares the most question terms (for pages found by keywords only)."""

@@ -162,6 +162,26 @@ def test_removing_a_document_removes_it_from_both_legs(store, embedder, catalogu
     assert {h.collection for h in retriever.search("XK-4471B valve", k=5)} == {facts}
 
 
+def test_searches_from_several_threads_stay_correct_while_documents_come_and_go(store, embedder, catalogue_pdf, three_page_pdf):
+    """Browser tabs share one Retriever: searches must never see a half-rebuilt index."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    facts = ingest.ingest_pdf(three_page_pdf, store, embedder)
+    retriever = Retriever(store, embedder)
+
+    def ask(_: int) -> int:
+        return retriever.search("When did the railway reach the town?", scope=[facts.collection])[0].page
+
+    with ThreadPoolExecutor(4) as pool:
+        answers = pool.map(ask, range(40))
+        for _ in range(3):  # meanwhile another tab adds and removes a document
+            added = ingest.ingest_pdf(catalogue_pdf, store, embedder)
+            retriever.refresh()
+            ingest.delete_document(store, added.collection)
+            retriever.refresh()
+        assert set(answers) == {3}
+
+
 def test_page_labels_join_the_keyword_index_once_written(store, embedder, three_page_pdf):
     name = ingest.ingest_pdf(three_page_pdf, store, embedder).collection
     retriever = Retriever(store, embedder)
