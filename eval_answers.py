@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pairs", type=Path, help="write the re-checked (sentence, passage) pairs here, for judging")
     args = parser.parse_args(argv)
     if args.recheck:
-        return recheck(args.recheck, args.labels, args.pairs)
+        return recheck(args.recheck, args.labels, args.pairs, args.questions)
     config.setup_logging(logging.WARNING)
     config.CHROMA_PERSIST_DIR = str(args.store)
 
@@ -195,20 +195,41 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def recheck(rows_path: Path, labels_path: Path, pairs_out: Path | None) -> int:
-    """Citation precision of stored answers under the current SUPPORT_* settings, per model."""
+def load_labels(path: Path) -> dict[str, bool]:
+    if not path.exists():
+        return {}
+    return {pair_key(j): j["supports"] for j in map(json.loads, path.read_text().splitlines()) if j}
+
+
+def by_category(rows: list[dict], categories: dict[str, str]) -> dict[str, str]:
+    """Correct answers per evidence category (text, table, chart, ...): where small models can win."""
+    counts: dict[str, list[int]] = {}
+    for r in rows:
+        if r["answerable"]:
+            tally = counts.setdefault(categories.get(r["question"], "?"), [0, 0])
+            tally[0] += r["correct"]
+            tally[1] += 1
+    return {name: f"{right}/{total}" for name, (right, total) in sorted(counts.items())}
+
+
+def recheck(rows_path: Path, labels_path: Path, pairs_out: Path | None, questions_path: Path) -> int:
+    """Summarise stored answers per model, their citations re-checked under the current settings
+    and scored against hand judgments (no LLM is called)."""
     rows = [json.loads(line) for line in rows_path.read_text().splitlines() if line.strip()]
+    categories = {q["question"]: q["category"] for q in eval_retrieval.load_questions(questions_path)}
     pairs = citation_pairs(rows, models.get_embeddings())
     if pairs_out:
         pairs_out.write_text("".join(json.dumps(p, ensure_ascii=False) + "\n" for p in pairs))
-    labels = {}
-    if labels_path.exists():
-        for line in labels_path.read_text().splitlines():
-            if line.strip():
-                judged = json.loads(line)
-                labels[pair_key(judged)] = judged["supports"]
-    for model in sorted({p["model"] for p in pairs}):
-        print(model, json.dumps(citation_precision([p for p in pairs if p["model"] == model], labels)))
+    labels = load_labels(labels_path)
+    for model in sorted({r["model"] for r in rows}):
+        mine = [r for r in rows if r["model"] == model]
+        shown = [p for p in pairs if p["model"] == model]
+        report = {**summarise(mine), "by_category": by_category(mine, categories),
+                  "verified_share_now": round(sum(p["verified"] for p in shown) / len(shown), 3) if shown else None,
+                  "verified_on_gold_page_now": round(sum(p["gold_page"] for p in shown if p["verified"])
+                                                     / max(sum(p["verified"] for p in shown), 1), 3),
+                  **citation_precision(shown, labels)}
+        print(model, json.dumps(report, ensure_ascii=False))
     return 0
 
 
