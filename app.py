@@ -128,14 +128,21 @@ def document_card(doc: dict, labelling: ingest.EnrichmentProgress | None) -> Non
         st.rerun()
 
 
+def labelling_progress() -> dict[str, ingest.EnrichmentProgress]:
+    """Page-labelling state per collection; queues documents whose labels were left unfinished earlier."""
+    if not config.ENRICH_ENABLED:
+        return {}
+    progress = enricher().progress()
+    for doc in ingest.list_documents(store()):
+        if labels_missing(doc) and doc["collection"] not in progress:
+            enricher().submit(doc["collection"])
+    return enricher().progress()
+
+
 def library_panel() -> None:
     """The documents in the store; redrawn every few seconds while pages are being labelled."""
     docs = ingest.list_documents(store())
-    progress = enricher().progress() if config.ENRICH_ENABLED else {}
-    if config.ENRICH_ENABLED:
-        for doc in docs:
-            if labels_missing(doc) and doc["collection"] not in progress:
-                enricher().submit(doc["collection"])  # resume labelling left unfinished earlier
+    progress = labelling_progress()
     if not docs:
         st.caption("No documents yet.")
     for doc in docs:
@@ -157,7 +164,7 @@ def sidebar() -> tuple[list[str] | None, int, bool]:
     """Draw the sidebar; return the scope (None: all documents), top-k and whether to show traces."""
     st.sidebar.header("Your documents")
     uploads_panel()
-    busy = any(p.state in ("queued", "labelling") for p in enricher().progress().values()) if config.ENRICH_ENABLED else False
+    busy = any(p.state in ("queued", "labelling") for p in labelling_progress().values())
     with st.sidebar:
         st.fragment(library_panel, run_every=3 if busy else None)()
     docs = {d["doc_name"]: d["collection"] for d in ingest.list_documents(store())}
