@@ -189,24 +189,43 @@ def numbers_in(text: str) -> set[str]:
     return {n.replace(",", "").rstrip(".") for n in _NUMBER.findall(text)}
 
 
-def specifics_in(text: str) -> set[str]:
-    """The checkable specifics of a claim: its numbers and month names.
+_WORD = re.compile(r"\w[\w'’-]*")
 
-    specifics_in("Due 01 June 2024") -> {"01", "2024", "jun"}
+
+def months_in(text: str) -> set[str]:
+    """months_in("from Sept. to June; it may slip") -> {"sep", "jun"} (lower-case may/march are verbs)"""
+    return {m.lower()[:3] for m in _MONTH.findall(text) if m not in ("may", "march")}
+
+
+def names_in(text: str) -> set[str]:
+    """Words that name something (capitalised, or letters mixed with digits), lower-cased; the first
+    word is skipped, being capitalised anyway. names_in("Sales of GPT-4o rose in Berlin") -> {"gpt-4o", "berlin"}"""
+    words = _WORD.findall(text)[1:]
+    return {w.lower() for w in words if any(c.isupper() for c in w) or (any(c.isdigit() for c in w) and any(c.isalpha() for c in w))}
+
+
+def missing_specifics(claim: str, passage: str) -> set[str]:
+    """The numbers, months and names ``claim`` states that ``passage`` does not contain.
+
+    missing_specifics("In June GPT-4o scored 61.5%", "In June GPT-4 scored 61.5%") -> {"gpt-4o"}
     """
-    months = {m.lower()[:3] for m in _MONTH.findall(text) if m not in ("may", "march")}  # lower case: the verbs
-    return numbers_in(text) | months
+    passage_words = {w.lower() for w in _WORD.findall(passage)}
+    return (
+        (numbers_in(claim) - numbers_in(passage))
+        | (months_in(claim) - months_in(passage))
+        | (names_in(claim) - passage_words)
+    )
 
 
 def support_scores(sentence: str, sources: list[Hit], sentence_vec, source_vecs) -> list[float]:
     """How well each source supports a sentence: max of word overlap and embedding similarity, each
-    divided by its threshold, so >= 1 means supported. A source lacking any number or month the
-    sentence states scores 0: similar wording is no support for a figure or date the passage lacks."""
+    divided by its threshold, so >= 1 means supported. A source lacking any number, month or name the
+    sentence states scores 0: similar wording is no support for a figure, date or name the passage lacks."""
     claim = strip_markers(sentence)
-    words, specifics = set(tokenize(claim)), specifics_in(claim)
+    words = set(tokenize(claim))
     scores = []
     for hit, vec in zip(sources, source_vecs):
-        if not specifics <= specifics_in(hit.text):
+        if missing_specifics(claim, hit.text):
             scores.append(0.0)
             continue
         overlap = len(words & set(tokenize(hit.text))) / max(len(words), 1)
