@@ -107,7 +107,7 @@ def citation_pairs(rows: list[dict], embedder) -> list[dict]:
     pairs = []
     for row in rows:
         hits = rows_hits(row)
-        for sentence in qa.verify_answer(row["answer"], hits, embedder):
+        for sentence in qa.verify_answer(row["answer"], hits, embedder, row["question"]):
             for c in sentence.citations:
                 pairs.append({"model": row["model"], "question": row["question"], "sentence": qa.strip_markers(sentence.text),
                               "page": c.page, "inferred": c.inferred, "verified": c.verified,

@@ -217,15 +217,36 @@ def missing_specifics(claim: str, passage: str) -> set[str]:
     )
 
 
-def support_scores(sentence: str, sources: list[Hit], sentence_vec, source_vecs) -> list[float]:
+_QUOTE = re.compile(r"[\"“”]([^\"“”]{20,})[\"“”]")
+
+
+def _squash(text: str) -> str:
+    return " ".join(_WORD.findall(text.lower()))
+
+
+def unbacked_detail(claim: str, passage: str, question: str) -> bool:
+    """Does ``claim`` state something word overlap cannot vouch for in ``passage``? Three cases:
+    a number, month or name the passage lacks; a quotation the passage does not hold word for
+    word; or nothing beyond the question's words but a number, which any page with the question's
+    words and that number would "support" (a page number, a table cell of another row)."""
+    if missing_specifics(claim, passage):
+        return True
+    if any(_squash(quote) not in _squash(passage) for quote in _QUOTE.findall(claim)):
+        return True
+    singular = lambda words: {w.removesuffix("s") for w in words}  # noqa: E731  ("shareholders" restates "shareholder")
+    beyond_question = singular(tokenize(claim)) - singular(tokenize(question))
+    return bool(beyond_question) and all(_NUMBER.fullmatch(w) for w in beyond_question)
+
+
+def support_scores(sentence: str, sources: list[Hit], sentence_vec, source_vecs, question: str = "") -> list[float]:
     """How well each source supports a sentence: max of word overlap and embedding similarity, each
-    divided by its threshold, so >= 1 means supported. A source lacking any number, month or name the
-    sentence states scores 0: similar wording is no support for a figure, date or name the passage lacks."""
+    divided by its threshold, so >= 1 means supported; 0 when the sentence has a detail the source
+    cannot back (``unbacked_detail``): similar wording is no support for a figure the passage lacks."""
     claim = strip_markers(sentence)
     words = set(tokenize(claim))
     scores = []
     for hit, vec in zip(sources, source_vecs):
-        if missing_specifics(claim, hit.text):
+        if unbacked_detail(claim, hit.text, question):
             scores.append(0.0)
             continue
         overlap = len(words & set(tokenize(hit.text))) / max(len(words), 1)
@@ -234,8 +255,8 @@ def support_scores(sentence: str, sources: list[Hit], sentence_vec, source_vecs)
     return scores
 
 
-def verify_answer(answer: str, sources: list[Hit], embedder) -> list[CheckedSentence]:
-    """Check every sentence of ``answer`` against the numbered ``sources`` ([1] is sources[0])."""
+def verify_answer(answer: str, sources: list[Hit], embedder, question: str = "") -> list[CheckedSentence]:
+    """Check every sentence of ``answer`` to ``question`` against the numbered ``sources`` ([1] is sources[0])."""
     sentences = split_sentences(answer)
     if not sentences or not sources:
         return [CheckedSentence(s, [], None) for s in sentences]
@@ -248,7 +269,7 @@ def verify_answer(answer: str, sources: list[Hit], embedder) -> list[CheckedSent
         if len(tokenize(strip_markers(sentence))) < config.SUPPORT_MIN_WORDS:
             checked.append(CheckedSentence(sentence, [], None, fabricated))
             continue
-        scores = support_scores(sentence, sources, vec, source_vecs)
+        scores = support_scores(sentence, sources, vec, source_vecs, question)
         citations = [
             Citation(n, sources[n - 1].doc_name, sources[n - 1].page, sources[n - 1].collection, scores[n - 1] >= 1)
             for n in cited
@@ -409,7 +430,7 @@ def ask(
 
     def finish(text: str) -> Answer:
         answer.text = text.strip()
-        answer.sentences = verify_answer(answer.text, sources, retriever.embedder)
+        answer.sentences = verify_answer(answer.text, sources, retriever.embedder, question)
         judged = [s for s in answer.sentences if s.supported is not None]
         answer.confidence = round(sum(s.supported for s in judged) / len(judged), 2) if judged else None
         answer.refused = "do not say" in answer.text.lower()

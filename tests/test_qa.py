@@ -169,6 +169,24 @@ def test_a_sentence_without_markers_gets_an_inferred_citation(embedder):
     assert citation.inferred and citation.verified and citation.page == 3
 
 
+def test_a_quotation_must_be_in_the_passage_word_for_word(embedder):
+    sources = [_hit("10. As regards paragraph 19 of the Application, it refers the Court to Exhibits P-1 and P-2.", 2)]
+    quoted, misquoted = qa.verify_answer(
+        'It says: "As regards paragraph 19 of the Application, it refers the Court to Exhibits P-1 and P-2" [1]. '
+        'It says: "As regards paragraph 19 of the Application, it refers the Court to the Judgment" [1].',
+        sources, embedder,
+    )
+    assert quoted.supported and misquoted.supported is False
+
+
+def test_restating_the_question_with_some_number_from_the_page_is_not_verified(embedder):
+    """Page 56 of a manual mentions USB: '56' is on the page, yet says nothing about steps."""
+    sources = [_hit("56 User Manual. Data exchange via USB is possible while the USB stick is inserted.", 56)]
+    question = "How many steps are there for data exchange via USB?"
+    [checked] = qa.verify_answer("There are 56 steps for data exchange via USB.", sources, embedder, question)
+    assert checked.supported is False and not checked.citations
+
+
 def test_a_wrong_marker_stays_flagged_and_the_page_that_backs_the_sentence_is_inferred(embedder):
     sources = [_hit("The railway reached the town in 1889.", 3), _hit("Cod and haddock were landed.", 2)]
     [checked] = qa.verify_answer("The railway reached the town in 1889 [2].", sources, embedder)
