@@ -63,6 +63,7 @@ def ingest_one(pdf: Path, enrich_pages: int) -> dict:
         updates: list[float] = []
         result = ingest.ingest_pdf(pdf, client, embedder, progress=lambda *_: updates.append(time.perf_counter()))
         gaps = [b - a for a, b in zip([t0 + load_seconds] + updates, updates)]
+        ingest_peak_mib = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)  # before the raw pass below
         texts = client.get_collection(result.collection).get(include=["documents"])["documents"]
         t = time.perf_counter()
         embedder.embed_documents(texts)
@@ -80,6 +81,7 @@ def ingest_one(pdf: Path, enrich_pages: int) -> dict:
             "pipeline_vs_raw": round(raw_embed_s / max(result.seconds, 1e-9), 2),
             "progress_updates": len(updates),
             "max_progress_gap_s": round(max(gaps, default=0.0), 1),
+            "peak_rss_mib": ingest_peak_mib,
         }
         if enrich_pages:
             col = ingest.open_collection(client, result.collection, embedder)
@@ -96,7 +98,6 @@ def ingest_one(pdf: Path, enrich_pages: int) -> dict:
             t = time.perf_counter()
             ingest.enrich_document(col, llm)
             row["enrich_s_per_page"] = round((time.perf_counter() - t) / max(len(todo), 1), 2)
-    row["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     return row
 
 
