@@ -288,7 +288,7 @@ class MiniLMEmbeddings(Embeddings):
         self.spec = json.loads(model_dir.joinpath("config.json").read_text())
         self.tokenizer = Tokenizer.from_file(str(model_dir.joinpath("tokenizer.json")))
         self.tokenizer.enable_truncation(max_length=config.EMBED_MAX_TOKENS)
-        self.tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+        self.tokenizer.enable_padding(pad_id=0, pad_token="[PAD]", pad_to_multiple_of=config.EMBED_PAD_MULTIPLE)
         self.batch_size = batch_size or config.EMBED_BATCH_SIZE
 
     def _layer_norm(self, x, prefix: str):
