@@ -10,7 +10,8 @@ The pipeline, in the order this file defines it:
          -> chunk_page(): sentence-aware, overlapping, page-anchored character spans
          -> embed the raw chunk text -> add to the collection    (in page batches)
          -> mark the collection complete                          (written last)
-         -> enrich_document(): LLM title + keywords per page      (after; resumable)
+         -> enrich_document(): LLM title + keywords per page      (after; resumable; the app runs
+                                                                   it in a BackgroundEnricher thread)
 
 Crash safety: a collection is created with status "ingesting" and only gets
 status "complete" (with its counts) as the very last write. Anything that finds

@@ -9,12 +9,16 @@
       -> stream the LLM's answer   (an AnswerStream: iterate it for tokens, read .result after)
       -> verify                    parse [n] markers -> (doc, page); check each sentence against the
                                    passage it cites; flag unsupported sentences and numbers that name
-                                   no source; attribute unmarked sentences to their best passage ("inferred")
+                                   no source; attribute unmarked (or wrongly marked) sentences to the
+                                   passage that backs them ("inferred")
 
 Small local models drop and invent markers, so nothing here relies on the
 model citing correctly: every shown citation has been checked in code.
-Deliberately simple: support is judged by word overlap or embedding similarity
-against thresholds in config, not by an entailment model (none runs offline here).
+Deliberately simple: support is judged by word overlap (or a near-paraphrase
+embedding) plus hard rules for what overlap cannot vouch for (a number, month,
+name or quotation the passage lacks; a restated question plus a number), not by
+an entailment model (none runs offline here). The rules and thresholds were set
+against hand-judged citations (``eval_answers.py --recheck``).
 """
 
 from __future__ import annotations
