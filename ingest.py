@@ -758,7 +758,7 @@ def enrich_document(
 class EnrichmentProgress:
     done: int = 0
     total: int = 0
-    state: str = "queued"  # queued | labelling | done | failed | stopped
+    state: str = "queued"  # queued | labelling | done | failed
     message: str = ""
 
 
@@ -775,7 +775,6 @@ class BackgroundEnricher:
         self._queue: list[str] = []
         self._progress: dict[str, EnrichmentProgress] = {}
         self._wake = threading.Condition()
-        self._cancel = threading.Event()
         threading.Thread(target=self._work, name="enricher", daemon=True).start()
 
     def submit(self, collection_name: str) -> None:
@@ -791,19 +790,11 @@ class BackgroundEnricher:
     def progress(self) -> dict[str, EnrichmentProgress]:
         return dict(self._progress)
 
-    def stop(self) -> None:
-        """Stop after the page in hand; what was labelled stays labelled."""
-        self._cancel.set()
-        with self._wake:
-            self._wake.notify()
-
     def _work(self) -> None:
-        while not self._cancel.is_set():
+        while True:  # a daemon thread: it ends with the process; stopping mid-document loses one page at most
             with self._wake:
-                while not self._queue and not self._cancel.is_set():
+                while not self._queue:
                     self._wake.wait()
-                if self._cancel.is_set():
-                    return
                 name = self._queue.pop(0)
             self._enrich_one(name, self._progress[name])
 
@@ -815,8 +806,8 @@ class BackgroundEnricher:
         try:
             collection = open_collection(self._client, name, self._embedder)
             state.total, state.done = collection.metadata["pages"], collection.metadata.get("enriched_pages", 0)
-            enrich_document(collection, self._llm(), progress=report, cancel=self._cancel)
-            state.state = "stopped" if self._cancel.is_set() else "done"
+            enrich_document(collection, self._llm(), progress=report)
+            state.state = "done"
         except Exception as err:  # a removed document, a model that went away: report, keep the thread alive
             if _collection_or_none(self._client, name) is None:
                 self._progress.pop(name, None)  # removed while being labelled: nothing to report

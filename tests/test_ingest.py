@@ -349,3 +349,20 @@ def test_cli_ingests_a_folder_and_fails_loudly_on_a_bad_file(tmp_path):
     assert proc.returncode == 1
     assert "a.pdf" in proc.stdout and "FAILED: broken.pdf is not a PDF" in proc.stdout
     assert len(ingest.list_documents(ingest.get_client(str(tmp_path / "store")))) == 1
+
+
+def test_the_background_enricher_labels_queued_documents_and_survives_a_removed_one(store, embedder, three_page_pdf, llm):
+    import time
+
+    result = ingest.ingest_pdf(three_page_pdf, store, embedder)
+    enricher = ingest.BackgroundEnricher(store, embedder, lambda: llm)
+    enricher.submit("pdf_rag_" + "0" * 16)  # removed before its turn came
+    enricher.submit(result.collection)
+    deadline = time.monotonic() + 240
+    while enricher.progress().get(result.collection, ingest.EnrichmentProgress()).state != "done" and time.monotonic() < deadline:
+        time.sleep(0.5)
+    progress = enricher.progress()
+    assert "pdf_rag_" + "0" * 16 not in progress
+    assert (progress[result.collection].state, progress[result.collection].done) == ("done", 3)
+    labelled = store.get_collection(result.collection).get(include=["metadatas"])["metadatas"]
+    assert all(m["enriched"] and m["title"] for m in labelled)
