@@ -57,6 +57,13 @@ def test_embedder_gives_normalised_384_dim_vectors_that_rank_meaning(embedder):
 # Ollama route: against the local server in conftest that speaks Ollama's HTTP API
 
 
+def test_padding_batches_to_a_multiple_does_not_change_a_vector(embedder):
+    short = "The railway reached the town in 1889."
+    alone = np.array(embedder.embed_query(short))
+    beside_a_long_text = np.array(embedder.embed_documents([short, "Trains took nine hours. " * 20])[0])
+    assert np.abs(alone - beside_a_long_text).max() < 1e-5
+
+
 def test_auto_uses_ollama_embeddings_when_the_server_has_the_model(ollama_server, monkeypatch):
     monkeypatch.setattr(ollama_server, "models", ["nomic-embed-text:latest"])
     monkeypatch.setattr(config, "EMBED_BACKEND", "auto")
