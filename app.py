@@ -25,6 +25,7 @@ from pathlib import Path
 
 import streamlit as st
 
+import checker
 import config
 import ingest
 import models
@@ -182,16 +183,16 @@ def sidebar() -> tuple[list[str] | None, int, bool]:
 # Chat: answers, citation chips, page previews
 
 
-def chip_label(citation: qa.Citation) -> str:
+def chip_label(citation: checker.Citation) -> str:
     mark = "✓" if citation.verified else "⚠"
     return f"{citation.doc_name} · p. {citation.page} {mark}" + (" (inferred)" if citation.inferred else "")
 
 
-def source_for(answer: qa.Answer, citation: qa.Citation) -> Hit | None:
+def source_for(answer: qa.Answer, citation: checker.Citation) -> Hit | None:
     return next((h for h in answer.sources if (h.collection, h.page) == (citation.collection, citation.page)), None)
 
 
-def show_citation(answer: qa.Answer, citation: qa.Citation) -> None:
+def show_citation(answer: qa.Answer, citation: checker.Citation) -> None:
     """The cited passage beside its page as an image, the passage highlighted."""
     hit = source_for(answer, citation)
     if hit is None:

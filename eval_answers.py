@@ -29,6 +29,7 @@ import statistics
 import sys
 from pathlib import Path
 
+import checker
 import config
 import eval_retrieval
 import ingest
@@ -107,9 +108,9 @@ def citation_pairs(rows: list[dict], embedder) -> list[dict]:
     pairs = []
     for row in rows:
         hits = rows_hits(row)
-        for sentence in qa.verify_answer(row["answer"], hits, embedder, row["question"]):
+        for sentence in checker.verify_answer(row["answer"], hits, embedder, row["question"]):
             for c in sentence.citations:
-                pairs.append({"model": row["model"], "question": row["question"], "sentence": qa.strip_markers(sentence.text),
+                pairs.append({"model": row["model"], "question": row["question"], "sentence": checker.strip_markers(sentence.text),
                               "page": c.page, "inferred": c.inferred, "verified": c.verified,
                               "gold_page": row["sources"][c.number - 1]["gold_page"], "passage": hits[c.number - 1].text})
     return pairs

@@ -19,7 +19,7 @@ Metrics at k: hit@k (a gold page is in the top k), recall@k (share of gold pages
 found), precision@k (share of the k pages that are gold), MRR (1 / rank of the
 first gold page, 0 if none in the top k).
 
-Chunking policies (``ingest.chunk_page``'s size and overlap) are compared by
+Chunking policies (``extract.chunk_page``'s size and overlap) are compared by
 running once per policy with --chunk-size/--chunk-overlap: each policy gets its
 own store beside the default one, since a PDF's collection name is its hash.
 """

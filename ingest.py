@@ -1,13 +1,11 @@
 """Turn PDFs into searchable ChromaDB collections, then label their pages.
 
-The pipeline, in the order this file defines it:
+The pipeline (reading the PDF itself lives in ``extract.py``):
 
-    file -> check (size, %PDF-, opens, not encrypted, has pages)
+    file -> extract.open_pdf()   (size, %PDF-, opens, not encrypted, has pages)
          -> SHA-256 -> collection "pdf_rag_<16 hex>"       (same bytes = cache hit)
-         -> per page: text layer, or OCR when the words are likely in a picture: no text
-            layer, a sparse one over a mostly-image page (a scan with a stamp), or a sparse
-            one beside hundreds of vector paths (outlined text); OCR line boxes are kept
-         -> chunk_page(): sentence-aware, overlapping, page-anchored character spans
+         -> extract.extract_page() per page: text layer, or OCR (line boxes kept)
+         -> extract.chunk_page(): sentence-aware, overlapping, page-anchored character spans
          -> embed the raw chunk text -> add to the collection    (in page batches)
          -> mark the collection complete                          (written last)
          -> enrich_document(): LLM title + keywords per page      (after; resumable; the app runs
@@ -49,14 +47,12 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Iterator
 
 import chromadb
 import chromadb.errors
 import httpx
-import pymupdf
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
@@ -64,6 +60,20 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 import config
 import models
 import prompts
+from extract import (  # noqa: F401  (the PDF errors are part of ingest's interface too)
+    CorruptPDFError,
+    EmptyPDFError,
+    EncryptedPDFError,
+    FileTooLargeError,
+    IngestError,
+    NoTextError,
+    NotAPDFError,
+    Page,
+    chunk_page,
+    ocr_engine,
+    open_pdf,
+    read_page,
+)
 
 log = logging.getLogger(__name__)
 
@@ -75,35 +85,7 @@ def _no_progress(current: int, total: int, message: str) -> None:
 
 
 # -----------------------------------------------------------------------------
-# Errors a person can act on
-
-
-class IngestError(Exception):
-    """A PDF could not be ingested; ``str(err)`` says why in plain words."""
-
-
-class FileTooLargeError(IngestError):
-    pass
-
-
-class NotAPDFError(IngestError):
-    pass
-
-
-class CorruptPDFError(IngestError):
-    pass
-
-
-class EncryptedPDFError(IngestError):
-    pass
-
-
-class EmptyPDFError(IngestError):
-    pass
-
-
-class NoTextError(IngestError):
-    pass
+# Errors of the store (the PDF's own errors live in extract.py)
 
 
 class EmbedderMismatchError(IngestError):
@@ -130,222 +112,6 @@ def file_sha256(path: Path) -> str:
 def collection_name_for(sha256: str) -> str:
     """collection_name_for("9f86d081884c7d65...") -> "pdf_rag_9f86d081884c7d65" """
     return f"{config.COLLECTION_PREFIX}{sha256[:16]}"
-
-
-# -----------------------------------------------------------------------------
-# Opening a PDF safely
-
-
-def open_pdf(path: Path) -> pymupdf.Document:
-    """Open ``path`` as a PDF or raise the IngestError that says what is wrong with it."""
-    path = Path(path)
-    size_mb = path.stat().st_size / 2**20
-    if size_mb > config.MAX_FILE_MB:
-        raise FileTooLargeError(
-            f"{path.name} is {size_mb:.0f} MB; the limit is {config.MAX_FILE_MB} MB (setting MAX_FILE_MB)."
-        )
-    with open(path, "rb") as f:
-        head = f.read(1024)
-    if b"%PDF-" not in head:
-        raise NotAPDFError(f"{path.name} is not a PDF file (it does not start like one).")
-    try:
-        doc = pymupdf.open(path, filetype="pdf")
-    except Exception as err:  # PyMuPDF raises several types for broken files
-        raise CorruptPDFError(f"{path.name} is damaged and cannot be read ({err}).") from err
-    if doc.needs_pass:
-        doc.close()
-        raise EncryptedPDFError(f"{path.name} is password-protected. Remove the password and upload it again.")
-    if doc.page_count == 0:
-        doc.close()
-        raise EmptyPDFError(f"{path.name} has no pages.")
-    if doc.page_count > config.MAX_PAGES:
-        pages = doc.page_count
-        doc.close()
-        raise FileTooLargeError(f"{path.name} has {pages} pages; the limit is {config.MAX_PAGES} (setting MAX_PAGES).")
-    return doc
-
-
-# -----------------------------------------------------------------------------
-# Page text, with OCR for pages that are pictures
-
-
-@dataclass
-class Page:
-    number: int  # 1-based, as people count pages
-    text: str
-    source: str  # "text" | "ocr" | "empty"
-    ocr_lines: list[tuple[int, int, tuple[float, float, float, float]]] = field(default_factory=list)
-    # ^ (start, end) of each OCR'd line within ``text`` and its box in PDF points
-
-
-class OcrEngine:
-    """One OCR route: ``read(page) -> [(line text, (x0, y0, x1, y1) in PDF points)]``."""
-
-    def __init__(self, name: str, read: Callable[[pymupdf.Page], list[tuple[str, tuple]]]):
-        self.name = name
-        self.read = read
-
-
-def ocr_dpi(page: pymupdf.Page) -> int:
-    """Render resolution for OCR: OCR_MAX_DPI, lowered so the long side stays within
-    OCR_MAX_PIXELS (huge pages garble OCR and cost gigabytes)."""
-    long_side = max(page.rect.width, page.rect.height) or 1
-    return int(min(config.OCR_MAX_DPI, 72 * config.OCR_MAX_PIXELS / long_side))
-
-
-def _render_for_ocr(page: pymupdf.Page) -> tuple[pymupdf.Pixmap, float]:
-    """The page as a picture for OCR, and the factor from its pixels back to PDF points."""
-    dpi = ocr_dpi(page)
-    return page.get_pixmap(dpi=dpi), 72 / dpi
-
-
-def _rapidocr_engine() -> OcrEngine:
-    import numpy as np
-    from rapidocr import RapidOCR
-
-    engine = RapidOCR(params={"Global.use_cls": False, "Global.log_level": "warning"})
-
-    def read(page: pymupdf.Page) -> list[tuple[str, tuple]]:
-        pix, scale = _render_for_ocr(page)
-        rgb = np.frombuffer(pix.samples, np.uint8).reshape(pix.h, pix.w, pix.n)[:, :, :3]
-        result = engine(np.ascontiguousarray(rgb[:, :, ::-1]))  # RapidOCR wants BGR
-        if result.boxes is None:
-            return []
-        return [
-            (text, (b[:, 0].min() * scale, b[:, 1].min() * scale, b[:, 0].max() * scale, b[:, 1].max() * scale))
-            for b, text in zip(result.boxes, result.txts)
-        ]
-
-    return OcrEngine("rapidocr", read)
-
-
-def _tesseract_engine() -> OcrEngine:
-    tessdata = pymupdf.get_tessdata()  # raises when Tesseract's language data is not installed
-
-    def read(page: pymupdf.Page) -> list[tuple[str, tuple]]:
-        textpage = page.get_textpage_ocr(dpi=ocr_dpi(page), full=True, tessdata=tessdata)
-        lines = []
-        for block in page.get_text("dict", textpage=textpage)["blocks"]:
-            for line in block.get("lines", []):
-                text = "".join(span["text"] for span in line["spans"]).strip()
-                if text:
-                    lines.append((text, tuple(line["bbox"])))
-        return lines
-
-    return OcrEngine("tesseract", read)
-
-
-@lru_cache(maxsize=None)
-def ocr_engine(choice: str | None = None) -> OcrEngine | None:
-    """The OCR engine from setting OCR_ENGINE (auto tries rapidocr, then tesseract), or None."""
-    choice = choice or config.OCR_ENGINE
-    builders = {"rapidocr": _rapidocr_engine, "tesseract": _tesseract_engine}
-    order = {"auto": ["rapidocr", "tesseract"], "none": []}.get(choice, [choice])
-    for name in order:
-        try:
-            engine = builders[name]()
-            log.info("OCR engine: %s", name)
-            return engine
-        except Exception as err:  # an engine that cannot start is simply not available
-            log.warning("OCR engine %s unavailable: %s", name, err)
-    return None
-
-
-def image_coverage(page: pymupdf.Page) -> float:
-    """Share of the page's area covered by pictures (overlaps counted twice; capped at 1)."""
-    area = abs(page.rect) or 1
-    covered = sum(abs(pymupdf.Rect(info["bbox"]) & page.rect) for info in page.get_image_info())
-    return min(covered / area, 1.0)
-
-
-def needs_ocr(page: pymupdf.Page, text: str) -> bool:
-    """A page is OCR'd when its words are likely in a picture or drawn as outlines: almost no
-    text layer and some image; a sparse text layer (a stamp, a page number) over a
-    mostly-image page; or a sparse text layer beside hundreds of vector paths."""
-    if len(text) >= config.OCR_SPARSE_TEXT_CHARS:
-        return False
-    coverage = image_coverage(page)
-    if coverage > 0 and (len(text) < config.MIN_TEXT_CHARS or coverage >= config.OCR_IMAGE_COVERAGE):
-        return True
-    return len(page.get_drawings()) >= config.OCR_MIN_DRAWINGS
-
-
-def extract_page(page: pymupdf.Page, text: str, ocr: OcrEngine | None) -> Page:
-    """One page's text: the text layer ``text``, or what ``ocr`` reads from its picture when that says more."""
-    number = page.number + 1
-    if ocr is None:
-        return Page(number, text, "text" if text else "empty")
-    lines, offsets, pos = [], [], 0
-    for line_text, box in ocr.read(page):
-        lines.append(line_text)
-        offsets.append((pos, pos + len(line_text), tuple(round(float(v), 1) for v in box)))
-        pos += len(line_text) + 1
-    ocr_text = "\n".join(lines)
-    if len(ocr_text.strip()) <= len(text):
-        return Page(number, text, "text" if text else "empty")
-    return Page(number, ocr_text, "ocr", offsets)
-
-
-# -----------------------------------------------------------------------------
-# Chunking: the one place the chunking policy lives
-
-_SENTENCE_END = re.compile(r"(?<=[.!?;:])[\"')\]]*\s+|\n\s*")
-
-
-def sentence_spans(text: str) -> list[tuple[int, int]]:
-    """(start, end) of each sentence or line of ``text``, whitespace trimmed.
-
-    sentence_spans("One. Two!\\nThree") -> [(0, 4), (5, 9), (10, 15)]
-    """
-    spans, start = [], 0
-    for match in _SENTENCE_END.finditer(text):
-        if match.start() > start:
-            spans.append((start, match.start()))
-        start = match.end()
-    if start < len(text):
-        spans.append((start, len(text)))
-    return [(s, e) for s, e in spans if text[s:e].strip()]
-
-
-def _split_long(text: str, start: int, end: int, size: int) -> list[tuple[int, int]]:
-    """Cut one over-long sentence at whitespace into pieces of at most ``size`` chars."""
-    pieces = []
-    while end - start > size:
-        cut = text.rfind(" ", start + size // 2, start + size)
-        cut = cut if cut > start else start + size
-        pieces.append((start, cut))
-        start = cut + 1 if text[cut : cut + 1] == " " else cut
-    pieces.append((start, end))
-    return pieces
-
-
-def chunk_page(text: str, size: int | None = None, overlap: int | None = None) -> list[tuple[int, int]]:
-    """Character spans of ``text`` that pack whole sentences into chunks of about ``size``.
-
-    Consecutive chunks share whole sentences worth up to ``overlap`` chars, so a
-    fact split across a boundary is still whole in one chunk. Offsets index the
-    page text exactly: ``text[start:end]`` is the chunk.
-    chunk_page("A a. B b. C c.", size=9, overlap=4) -> [(0, 9), (5, 14)]
-    """
-    size = size or config.CHUNK_SIZE
-    overlap = config.CHUNK_OVERLAP if overlap is None else overlap
-    units: list[tuple[int, int]] = []
-    for s, e in sentence_spans(text):
-        units.extend(_split_long(text, s, e, size))
-    chunks, i = [], 0
-    while i < len(units):
-        j = i
-        while j + 1 < len(units) and units[j + 1][1] - units[i][0] <= size:
-            j += 1
-        chunks.append((units[i][0], units[j][1]))
-        if j + 1 >= len(units):
-            break
-        # next chunk starts at the earliest sentence that still fits in the overlap
-        nxt = j + 1
-        while nxt - 1 > i and units[j][1] - units[nxt - 1][0] <= overlap:
-            nxt -= 1
-        i = nxt
-    return chunks
 
 
 # -----------------------------------------------------------------------------
@@ -614,18 +380,12 @@ def _write_pages(doc, collection, embedder, sha256, doc_name, progress) -> dict:
     total = doc.page_count
     seconds = {"extract": 0.0, "ocr": 0.0, "chunk": 0.0, "embed": 0.0, "store": 0.0}
     sources, chunks = [], 0
-    ocr = None
     for first in range(0, total, config.PAGE_BATCH_SIZE):
         pages = []
         for number in range(first, min(first + config.PAGE_BATCH_SIZE, total)):
             t = time.perf_counter()
             try:
-                page = doc.load_page(number)
-                text = page.get_text("text").strip()
-                wants_ocr = needs_ocr(page, text)
-                if wants_ocr and ocr is None:
-                    ocr = ocr_engine()
-                pages.append(extract_page(page, text, ocr if wants_ocr else None))
+                pages.append(read_page(doc.load_page(number)))
             except IngestError:
                 raise
             except Exception as err:

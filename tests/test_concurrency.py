@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pymupdf
 
+import extract
 import ingest
 from conftest import write_text_pdf
 from retriever import Retriever
@@ -31,7 +32,7 @@ def topic_pdf(path: Path, topic: str, fact_page: int, fact: str) -> Path:
 def expected_chunks(pdf: Path) -> int:
     """Chunks a text-layer PDF should end with: the chunker applied to each page's text."""
     with pymupdf.open(pdf) as doc:
-        return sum(len(ingest.chunk_page(page.get_text("text").strip())) for page in doc)
+        return sum(len(extract.chunk_page(page.get_text("text").strip())) for page in doc)
 
 
 def ingest_at_once(pdfs: list[Path], store: Path) -> list[subprocess.CompletedProcess]:

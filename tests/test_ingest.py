@@ -12,6 +12,7 @@ import pymupdf
 import pytest
 
 import config
+import extract
 import ingest
 import models
 from conftest import BENCH_DIR, image_only_page, write_text_pdf
@@ -29,12 +30,12 @@ def top_page(collection, embedder, question: str) -> int:
 
 
 def test_chunk_page_worked_example():
-    assert ingest.chunk_page("A a. B b. C c.", size=9, overlap=4) == [(0, 9), (5, 14)]
+    assert extract.chunk_page("A a. B b. C c.", size=9, overlap=4) == [(0, 9), (5, 14)]
 
 
 def test_chunks_respect_size_keep_sentences_whole_and_overlap():
     text = " ".join(f"Sentence number {i} says something about topic {i}." for i in range(60))
-    spans = ingest.chunk_page(text, size=300, overlap=80)
+    spans = extract.chunk_page(text, size=300, overlap=80)
     assert len(spans) > 5
     for start, end in spans:
         assert end - start <= 300
@@ -46,7 +47,7 @@ def test_chunks_respect_size_keep_sentences_whole_and_overlap():
 
 def test_an_overlong_sentence_is_cut_at_spaces():
     text = "word " * 500
-    spans = ingest.chunk_page(text.strip(), size=200, overlap=0)
+    spans = extract.chunk_page(text.strip(), size=200, overlap=0)
     assert all(e - s <= 200 for s, e in spans)
     assert "".join(text.strip()[s:e] + " " for s, e in spans).split() == text.split()
 
@@ -133,9 +134,9 @@ def test_words_drawn_as_vector_outlines_are_ocrd(store, embedder, tmp_path):
 
 def test_huge_pages_are_rendered_small_enough_for_ocr():
     doc = pymupdf.open()
-    assert ingest.ocr_dpi(doc.new_page(width=400, height=300)) == config.OCR_MAX_DPI  # small: full resolution
+    assert extract.ocr_dpi(doc.new_page(width=400, height=300)) == config.OCR_MAX_DPI  # small: full resolution
     for width, height in ((595, 842), (2160, 2160)):  # A4, and a 30-inch square poster
-        dpi = ingest.ocr_dpi(doc.new_page(width=width, height=height))
+        dpi = extract.ocr_dpi(doc.new_page(width=width, height=height))
         assert dpi < config.OCR_MAX_DPI and max(width, height) * dpi / 72 <= config.OCR_MAX_PIXELS
 
 

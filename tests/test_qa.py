@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import checker
 import config
 import ingest
 import models
@@ -34,9 +35,9 @@ def facts(store, embedder, three_page_pdf):
 
 
 def test_parse_citations_and_sentences_worked_examples():
-    assert qa.parse_citations("Rain fell [2]. It flooded [1, 3][2].") == [2, 1, 3]
-    assert qa.split_sentences("It rained. [1] Then it snowed [2].") == ["It rained. [1]", "Then it snowed [2]."]
-    assert qa.split_sentences("Funds were Rs. 1,039 million, see Fig. 3 [2]. Then e.g. this.\n- a [1]") == [
+    assert checker.parse_citations("Rain fell [2]. It flooded [1, 3][2].") == [2, 1, 3]
+    assert checker.split_sentences("It rained. [1] Then it snowed [2].") == ["It rained. [1]", "Then it snowed [2]."]
+    assert checker.split_sentences("Funds were Rs. 1,039 million, see Fig. 3 [2]. Then e.g. this.\n- a [1]") == [
         "Funds were Rs. 1,039 million, see Fig. 3 [2].", "Then e.g. this.", "- a [1]"]
 
 
@@ -138,7 +139,7 @@ def _hit(text: str, page: int) -> Hit:
 
 def test_fabricated_and_unsupported_citations_are_flagged(embedder):
     sources = [_hit("The railway reached the town in 1889.", 3), _hit("Cod and haddock were landed.", 2)]
-    checked = qa.verify_answer(
+    checked = checker.verify_answer(
         "The railway reached the town in 1889 [1]. The mayor owned eleven racehorses [2]. Cod was landed [7].",
         sources, embedder,
     )
@@ -149,29 +150,29 @@ def test_fabricated_and_unsupported_citations_are_flagged(embedder):
 
 def test_a_figure_the_passage_does_not_contain_is_not_supported(embedder):
     sources = [_hit("In 1911 the catch reached 3,200 tonnes, a record for the coast.", 2)]
-    checked = qa.verify_answer("In 1911 the catch reached 3,200 tonnes [1]. In 1911 the catch reached 4,100 tonnes [1].", sources, embedder)
+    checked = checker.verify_answer("In 1911 the catch reached 3,200 tonnes [1]. In 1911 the catch reached 4,100 tonnes [1].", sources, embedder)
     assert checked[0].supported and checked[1].supported is False
-    assert qa.numbers_in("3,200 tonnes in 1911 (3.5%).") == {"3200", "1911", "3.5"}
-    assert qa.months_in("Due 01 June; it may slip to Sept. Marketing") == {"jun", "sep"}
-    assert qa.missing_specifics("In June GPT-4o scored 61.5%", "In June GPT-4 scored 61.5%") == {"gpt-4o"}
+    assert checker.numbers_in("3,200 tonnes in 1911 (3.5%).") == {"3200", "1911", "3.5"}
+    assert checker.months_in("Due 01 June; it may slip to Sept. Marketing") == {"jun", "sep"}
+    assert checker.missing_specifics("In June GPT-4o scored 61.5%", "In June GPT-4 scored 61.5%") == {"gpt-4o"}
 
 
 def test_a_month_the_passage_does_not_name_is_not_supported(embedder):
     sources = [_hit("For students in the Jan intake, the committee is due by 01 Aug of the same year.", 13)]
-    [checked] = qa.verify_answer("Jan intake students must form the committee by 01 June of the same year [1].", sources, embedder)
+    [checked] = checker.verify_answer("Jan intake students must form the committee by 01 June of the same year [1].", sources, embedder)
     assert checked.supported is False
 
 
 def test_a_sentence_without_markers_gets_an_inferred_citation(embedder):
     sources = [_hit("Cod and haddock were landed in the harbour.", 2), _hit("The railway reached the town in 1889.", 3)]
-    checked = qa.verify_answer("The railway reached the town in 1889.", sources, embedder)
+    checked = checker.verify_answer("The railway reached the town in 1889.", sources, embedder)
     citation = checked[0].citations[0]
     assert citation.inferred and citation.verified and citation.page == 3
 
 
 def test_a_quotation_must_be_in_the_passage_word_for_word(embedder):
     sources = [_hit("10. As regards paragraph 19 of the Application, it refers the Court to Exhibits P-1 and P-2.", 2)]
-    quoted, misquoted = qa.verify_answer(
+    quoted, misquoted = checker.verify_answer(
         'It says: "As regards paragraph 19 of the Application, it refers the Court to Exhibits P-1 and P-2" [1]. '
         'It says: "As regards paragraph 19 of the Application, it refers the Court to the Judgment" [1].',
         sources, embedder,
@@ -183,13 +184,13 @@ def test_restating_the_question_with_some_number_from_the_page_is_not_verified(e
     """Page 56 of a manual mentions USB: '56' is on the page, yet says nothing about steps."""
     sources = [_hit("56 User Manual. Data exchange via USB is possible while the USB stick is inserted.", 56)]
     question = "How many steps are there for data exchange via USB?"
-    [checked] = qa.verify_answer("There are 56 steps for data exchange via USB.", sources, embedder, question)
+    [checked] = checker.verify_answer("There are 56 steps for data exchange via USB.", sources, embedder, question)
     assert checked.supported is False and not checked.citations
 
 
 def test_a_wrong_marker_stays_flagged_and_the_page_that_backs_the_sentence_is_inferred(embedder):
     sources = [_hit("The railway reached the town in 1889.", 3), _hit("Cod and haddock were landed.", 2)]
-    [checked] = qa.verify_answer("The railway reached the town in 1889 [2].", sources, embedder)
+    [checked] = checker.verify_answer("The railway reached the town in 1889 [2].", sources, embedder)
     wrong, found = checked.citations
     assert (wrong.page, wrong.verified) == (2, False)
     assert (found.page, found.verified, found.inferred) == (3, True, True) and checked.supported
@@ -197,7 +198,7 @@ def test_a_wrong_marker_stays_flagged_and_the_page_that_backs_the_sentence_is_in
 
 def test_co_cited_pages_that_do_not_back_a_supported_sentence_are_not_shown(embedder):
     sources = [_hit("The railway reached the town in 1889.", 3), _hit("Cod and haddock were landed.", 2)]
-    [checked] = qa.verify_answer("The railway reached the town in 1889 [1][2].", sources, embedder)
+    [checked] = checker.verify_answer("The railway reached the town in 1889 [1][2].", sources, embedder)
     assert [(c.page, c.verified) for c in checked.citations] == [(3, True)]
 
 
