@@ -116,7 +116,7 @@ PAGE_BATCH_SIZE = _env("PAGE_BATCH_SIZE", 32)  # pages extracted+embedded+writte
 ENRICH_ENABLED = _env("ENRICH_ENABLED", True)
 ENRICH_PAGE_CHARS = _env("ENRICH_PAGE_CHARS", 1500)  # of the page itself
 ENRICH_NEIGHBOUR_CHARS = _env("ENRICH_NEIGHBOUR_CHARS", 400)  # of the previous/next page
-ENRICH_MAX_TOKENS = _env("ENRICH_MAX_TOKENS", 96)
+ENRICH_MAX_TOKENS = _env("ENRICH_MAX_TOKENS", 160)  # fits ENRICH_SCHEMA's longest reply; a label takes ~40
 
 # -----------------------------------------------------------------------------
 # Retrieval
