@@ -11,15 +11,19 @@ keywords) was written by someone else. Two places would otherwise act on it:
             ``md()`` backslash-escapes every ASCII punctuation character, which CommonMark
             renders as the character itself, so no image, link, HTML or directive can
             start; the app's own markup around it still works: f"**{md(name)}**".
+            Bare URLs and e-mail addresses are linked by GFM after parsing, whatever the
+            escapes, so an invisible WORD JOINER (U+2060) goes after "http", "https" and
+            "www" and after "@": the text looks the same and nothing becomes a link.
             ``passage_md()`` does the same but keeps a Markdown pipe table formatted, its
             cells escaped one by one (a cell can hold no image or link either).
     prompt: a page saying ``</source>`` would end the data section early and speak as
             the user. ``fence_text()`` turns every tag that could open or close a prompt
             fence (any case, spacing, fullwidth brackets) into harmless lookalikes.
 
-Deliberately simple: escaping every punctuation mark, not only those that can start a
-construct, makes ``md`` context-free (md(a + b) == md(a) + md(b)), so a streamed answer
-can be escaped piece by piece; the cost is a Markdown source full of backslashes.
+Deliberately simple: every punctuation mark is escaped, not only those that can start a
+construct, so each character's output depends on at most the five before it, and a
+streamed answer can be escaped piece by piece; the cost is a Markdown source full of
+backslashes.
 """
 
 from __future__ import annotations
@@ -28,6 +32,10 @@ import re
 from typing import Iterable, Iterator
 
 _PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")  # every ASCII punctuation character
+# Where GFM's autolinker would start a link: "http:", "https:", "www.", and after "@".
+_LINK_START = re.compile(r"(?<=https)(?=:)|(?<=http)(?=:)|(?<=www)(?=\.)|(?<=@)", re.I)
+_WORD_JOINER = "\u2060"
+_LINK_CONTEXT = 5  # characters of context _LINK_START looks back at ("https")
 _TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
 _TABLE_RULE = re.compile(r"^\s*\|(\s*:?-{3,}:?\s*\|)+\s*$")
 # The opening bracket of a fence tag of prompts.py, in any spelling a model might read as one:
@@ -36,17 +44,25 @@ _FENCE_OPENER = re.compile(r"(?:<|＜|﹤|&lt;?|&#0*60;?|&#x0*3c;?)(?=[\s\u200b-
 
 
 def md(text: str) -> str:
-    """Markdown that renders as exactly ``text``: punctuation escaped, line breaks kept.
+    """Markdown that renders as exactly ``text``: punctuation escaped, links broken, line breaks kept.
 
-    md("![x](http://h/leak)") -> "\\!\\[x\\]\\(http\\:\\/\\/h\\/leak\\)"
+    md("![x](http://h/leak)") -> "\\!\\[x\\]\\(http\u2060\\:\\/\\/h\\/leak\\)"
     """
-    return _PUNCTUATION.sub(r"\\\1", str(text)).replace("\n", "  \n")
+    unlinked = _LINK_START.sub(_WORD_JOINER, str(text))
+    return _PUNCTUATION.sub(r"\\\1", unlinked).replace("\n", "  \n")
 
 
 def md_stream(pieces: Iterable[str]) -> Iterator[str]:
-    """``md`` of each streamed piece (what ``st.write_stream`` gets for a model's answer)."""
+    """``md`` of a streamed text, piece by piece (what ``st.write_stream`` gets for an answer):
+    "".join(md_stream(pieces)) == md("".join(pieces)).
+
+    Each piece is escaped with the last few characters before it as context, because
+    "http" may end one piece and ":" start the next.
+    """
+    context = ""
     for piece in pieces:
-        yield md(piece)
+        yield md(context + piece)[len(md(context)) :]
+        context = (context + piece)[-_LINK_CONTEXT:]
 
 
 def _table_md(rows: list[str]) -> str:

@@ -23,8 +23,9 @@ TEST_LLM = "qwen2.5-coder-0.5b"
 
 
 def shown(markdown: str) -> str:
-    """The text that Markdown made by ``safe_text.md`` displays: its backslash escapes undone."""
-    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown).replace("  \n", "\n")
+    """The text that Markdown made by ``safe_text.md`` displays: its backslash escapes and
+    invisible word joiners undone."""
+    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown).replace("  \n", "\n").replace("\u2060", "")
 
 
 def write_text_pdf(path: Path, pages: list[str]) -> Path:

@@ -3,6 +3,7 @@ each promise of the README's "Security and privacy" section, on a real store on 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 HOSTILE = (
     "See ![chart](http://127.0.0.1:9/leak?q=secret) and [the report](http://127.0.0.1:9/click). "
     '<img src="http://127.0.0.1:9/html"> <a href="http://127.0.0.1:9/a">x</a> '
-    "<http://127.0.0.1:9/auto> www.example.com :red[alert] $x^2$ **bold** `code`\n"
+    "<http://127.0.0.1:9/auto> www.example.com mail@example.com :red[alert] $x^2$ **bold** `code`\n"
     "- a list item\n1. an ordered one\n# a heading"
 )
 
@@ -40,10 +41,12 @@ def test_escaped_text_renders_as_exactly_that_text_with_no_image_link_or_html():
     for live in ("<img", "<a ", "<h1", "<li", "<strong", "<code", "<em"):
         assert live not in html
     assert shown(safe_text.md(HOSTILE)) == HOSTILE  # nothing lost, nothing added
+    # GFM links bare URLs and e-mail addresses in the rendered text, escapes or not: none is left whole
+    assert not re.search(r"https?:|www\.|@\w", html)
 
 
 def test_escaping_is_piecewise_so_a_streamed_answer_can_be_escaped_as_it_arrives():
-    pieces = ["![ch", "art](http:", "//127.0.0.1:9/le", "ak) done\n- x"]
+    pieces = ["![ch", "art](htt", "p://127.0.0.1:9/le", "ak) www", ".x.org a@", "b.com\n- x"]
     assert "".join(safe_text.md_stream(pieces)) == safe_text.md("".join(pieces))
 
 
@@ -52,7 +55,7 @@ def test_a_pipe_table_in_a_passage_stays_a_table_but_its_cells_cannot_hold_an_im
     html = rendered(safe_text.passage_md(passage))
     assert "<table>" in html and html.count("<tr>") == 3
     assert "<img" not in html and "<a " not in html
-    assert "![x](http://127.0.0.1:9/t)" in html  # the cell's text, shown literally
+    assert "![x](http://127.0.0.1:9/t)" in html.replace("\u2060", "")  # the cell's text, shown literally
 
 
 # -----------------------------------------------------------------------------
