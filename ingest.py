@@ -78,10 +78,13 @@ from safe_text import fence_text
 
 log = logging.getLogger(__name__)
 
-ProgressCallback = Callable[[int, int, str], None]
+# progress(current, total, message): for an ingest, ``current`` counts pages' worth of work out of
+# ``total`` pages (reading a page is the first half of its share, embedding and storing its
+# passages the second), and ``message`` names the stage; for labelling, pages labelled.
+ProgressCallback = Callable[[float, int, str], None]
 
 
-def _no_progress(current: int, total: int, message: str) -> None:
+def _no_progress(current: float, total: int, message: str) -> None:
     pass
 
 
@@ -377,7 +380,11 @@ def _build_collection(doc, client, embedder, name, sha256, doc_name, progress, t
 
 
 def _write_pages(doc, collection, embedder, sha256, doc_name, progress) -> dict:
-    """Extract, chunk, embed and store ``doc`` in page batches so memory stays bounded."""
+    """Extract, chunk, embed and store ``doc`` in page batches so memory stays bounded.
+
+    Progress names each stage as it happens: reading (or OCR) page by page, then
+    for each page batch embedding its passages a slice at a time, then storing them.
+    """
     total = doc.page_count
     seconds = {"extract": 0.0, "ocr": 0.0, "chunk": 0.0, "embed": 0.0, "store": 0.0}
     sources, chunks = [], 0
@@ -394,15 +401,26 @@ def _write_pages(doc, collection, embedder, sha256, doc_name, progress) -> dict:
             stage = "ocr" if pages[-1].source == "ocr" else "extract"
             seconds[stage] += time.perf_counter() - t
             sources.append({"text": "T", "ocr": "O", "empty": "E"}[pages[-1].source])
-            progress(number + 1, total, f"Reading page {number + 1} of {total}" + (" (OCR)" if stage == "ocr" else ""))
+            read = "Reading page {} of {} by OCR" if stage == "ocr" else "Reading page {} of {}"
+            progress(first + (number + 1 - first) / 2, total, read.format(number + 1, total))
         t = time.perf_counter()
         records = [r for page in pages for r in chunk_records(page, sha256, doc_name)]
         seconds["chunk"] += time.perf_counter() - t
         if not records:
             continue
-        t = time.perf_counter()
-        vectors = embedder.embed_documents([text for _, text, _ in records])
-        seconds["embed"] += time.perf_counter() - t
+        span = f"pages {first + 1}–{first + len(pages)}"
+        vectors = []
+        for start in range(0, len(records), config.PROGRESS_EMBED_CHUNKS):
+            part = records[start : start + config.PROGRESS_EMBED_CHUNKS]
+            progress(
+                first + len(pages) / 2 * (1 + start / len(records)),
+                total,
+                f"Embedding passages {chunks + start + 1}–{chunks + start + len(part)} ({span})",
+            )
+            t = time.perf_counter()
+            vectors += embedder.embed_documents([text for _, text, _ in part])
+            seconds["embed"] += time.perf_counter() - t
+        progress(first + len(pages), total, f"Storing {len(records)} passages ({span})")
         t = time.perf_counter()
         collection.add(
             ids=[r[0] for r in records],
@@ -412,7 +430,6 @@ def _write_pages(doc, collection, embedder, sha256, doc_name, progress) -> dict:
         )
         seconds["store"] += time.perf_counter() - t
         chunks += len(records)
-        progress(pages[-1].number, total, f"Indexed {chunks} passages from {pages[-1].number} of {total} pages")
     return {"chunks": chunks, "sources": "".join(sources), "stage_seconds": seconds}
 
 
@@ -620,10 +637,10 @@ def find_pdfs(paths: list[str]) -> list[Path]:
     return found
 
 
-def _bar(current: int, total: int, message: str) -> None:
+def _bar(current: float, total: int, message: str) -> None:
     width = 30
     filled = int(width * current / max(total, 1))
-    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {current}/{total} {message[:60]:<60}")
+    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {message[:70]:<70}")
     sys.stderr.flush()
 
 
