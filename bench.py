@@ -4,6 +4,7 @@
     python bench.py ingest --big 1000 [--json OUT]
     python bench.py retrieval [--chunks 1000 10000 100000] [--json OUT]
     python bench.py answer [--models qwen2.5-coder-0.5b qwen2.5-coder-1.5b] [--questions 10] [--json OUT]
+    python bench.py runtime [--models ...] [--rounds 3] [--json OUT]
 
 ``ingest`` runs each PDF in a fresh child process with an empty temporary
 store, so every row has its own cold start and its own peak RSS. A row gives
@@ -277,6 +278,150 @@ def time_answers(model_name: str, questions: list[str]) -> dict:
     return row
 
 
+# -----------------------------------------------------------------------------
+# Runtimes side by side: xllamacpp (the app's, a prebuilt wheel) and llama-cpp-python (compiled)
+
+RUNTIMES = ("xllamacpp", "llama-cpp-python")
+RUNTIME_MAX_TOKENS = 32
+
+
+def runtime_prompts(n: int = 2) -> list[list]:
+    """``n`` answer prompts as the app builds them: input_data question + its gold page and the
+    four pages after it as the five numbered sources (about 1,100 tokens each)."""
+    import pymupdf
+
+    import qa
+    from retriever import Hit
+
+    questions = json.loads((Path(config.INPUT_DATA_DIR) / "eval_questions.json").read_text())[:n]
+    prompts_ = []
+    with pymupdf.open(Path(config.INPUT_DATA_DIR) / "pdfs" / "R-intro.pdf") as doc:
+        for q in questions:
+            pages = range(q["pages"][0], q["pages"][0] + 5)
+            hits = [Hit(f"p{p}", "bench", "R-intro.pdf", p, 0, config.CHUNK_SIZE, doc[p - 1].get_text()[: config.CHUNK_SIZE]) for p in pages]
+            prompts_.append(qa.build_messages(q["question"], hits, []))
+    return prompts_
+
+
+def _time_stream(pieces) -> dict:
+    """First-piece and total seconds, text and piece count of one streamed reply."""
+    t0, first, text, count = time.perf_counter(), None, "", 0
+    for piece in pieces:
+        first = first or time.perf_counter()
+        text, count = text + piece, count + 1
+    end = time.perf_counter()
+    return {"first_s": (first or end) - t0, "gen_s": end - (first or end), "text": text, "pieces": count}
+
+
+class _LlamaCppPython:
+    """llama-cpp-python driven the way models.py drove it before the switch (for comparison only)."""
+
+    def __init__(self, path: Path):
+        from llama_cpp import Llama
+
+        self.llama = Llama(model_path=str(path), n_ctx=config.LLM_N_CTX, n_threads=config.LLM_THREADS,
+                           n_threads_batch=config.LLM_THREADS, n_batch=config.LLM_BATCH, n_ubatch=config.LLM_BATCH,
+                           verbose=False)
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.llama.tokenize(text.encode("utf-8"), add_bos=False))
+
+    def stream(self, messages, max_tokens: int):
+        chat = [{"role": {"system": "system", "human": "user"}[m.type], "content": m.content} for m in messages]
+        for part in self.llama.create_chat_completion(chat, stream=True, temperature=0.0, max_tokens=max_tokens):
+            if part["choices"][0]["delta"].get("content"):
+                yield part["choices"][0]["delta"]["content"]
+
+
+class _XLlamaCpp:
+    """The app's own EmbeddedChatModel (xllamacpp)."""
+
+    def __init__(self, name: str):
+        import models
+
+        self.llm = models.EmbeddedChatModel.load(name).model_copy(update={"temperature": 0.0})
+
+    def count_tokens(self, text: str) -> int:
+        return self.llm.count_tokens(text)
+
+    def stream(self, messages, max_tokens: int):
+        import models
+
+        for chunk in models.with_max_tokens(self.llm, max_tokens).stream(messages):
+            if chunk.content:
+                yield chunk.content
+
+
+def runtime_one(runtime: str, model_name: str) -> dict:
+    """Load ``model_name`` in ``runtime`` in this process and time what the app needs of it."""
+    import models
+
+    path = models.embedded_gguf_path(model_name)
+    t = time.perf_counter()
+    llm = _XLlamaCpp(model_name) if runtime == "xllamacpp" else _LlamaCppPython(path)
+    row = {"runtime": runtime, "model": model_name, "threads": config.LLM_THREADS, "batch": config.LLM_BATCH,
+           "load_s": time.perf_counter() - t}
+    first, second = runtime_prompts(2)
+    prompt_tokens = sum(llm.count_tokens(m.content) + 4 for m in first)
+    cold = _time_stream(llm.stream(first, RUNTIME_MAX_TOKENS))
+    generated = llm.count_tokens(cold["text"])
+    row.update(
+        prompt_tokens=prompt_tokens,
+        first_token_s=cold["first_s"],
+        prompt_tok_s=prompt_tokens / max(cold["first_s"], 1e-9),
+        generated_tokens=generated,
+        gen_tok_s=(generated - 1) / max(cold["gen_s"], 1e-9),
+        pieces_per_token=cold["pieces"] / max(generated, 1),
+        second_question_first_token_s=_time_stream(llm.stream(second, RUNTIME_MAX_TOKENS))["first_s"],
+    )
+    # cancellation: read five pieces of a long reply, drop it, then time a short request
+    long_reply = llm.stream([second[0], type(second[-1])("Count from 1 to 300, one number per line.")], 400)
+    for _ in zip(range(5), long_reply):
+        pass
+    t = time.perf_counter()
+    long_reply.close()
+    row["cancel_s"] = time.perf_counter() - t
+    short = [second[0], type(second[-1])("Say OK.")]
+    row["first_token_after_cancel_s"] = _time_stream(llm.stream(short, 4))["first_s"]
+    row["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}
+
+
+RUNTIME_METRICS = {  # metric -> True when bigger is better
+    "load_s": False, "first_token_s": False, "prompt_tok_s": True, "gen_tok_s": True,
+    "second_question_first_token_s": False, "cancel_s": False, "first_token_after_cancel_s": False,
+    "peak_rss_mib": False, "pieces_per_token": True,
+}
+
+
+def compare_runtimes(model_names: list[str], rounds: int) -> dict:
+    """Interleaved fresh-process runs of both runtimes; medians per runtime and xllamacpp's ratio."""
+    import statistics
+
+    runs = []
+    for r in range(rounds):
+        for name in model_names:
+            order = RUNTIMES if r % 2 == 0 else RUNTIMES[::-1]  # alternate who goes first
+            for runtime in order:
+                cmd = [sys.executable, __file__, "_runtime_one", runtime, name]
+                proc = subprocess.run(cmd, capture_output=True, text=True)
+                if proc.returncode != 0:
+                    raise SystemExit(f"{runtime} {name} failed: {proc.stderr.strip()[-500:]}")
+                runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+                print(f"round {r + 1}: {runtime} {name}: first token {runs[-1]['first_token_s']} s", file=sys.stderr)
+    summary = []
+    for name in model_names:
+        medians = {rt: {m: statistics.median(x[m] for x in runs if x["runtime"] == rt and x["model"] == name)
+                        for m in RUNTIME_METRICS} for rt in RUNTIMES}
+        for metric, bigger_better in RUNTIME_METRICS.items():
+            xl, lcp = medians["xllamacpp"][metric], medians["llama-cpp-python"][metric]
+            # xllamacpp relative to llama-cpp-python: > 1 means xllamacpp is better on this metric
+            ratio = (xl / lcp if bigger_better else lcp / xl) if xl and lcp else None
+            summary.append({"model": name, "metric": metric, "xllamacpp": round(xl, 3),
+                            "llama-cpp-python": round(lcp, 3), "xllamacpp_better_x": ratio and round(ratio, 2)})
+    return {"rounds": rounds, "runs": runs, "summary": summary}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -290,12 +435,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--models", nargs="+", default=["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
     p.add_argument("--questions", type=int, default=10, help="how many of input_data's questions to ask")
     p.add_argument("--json", type=Path)
+    p = sub.add_parser("runtime")
+    p.add_argument("--models", nargs="+", default=["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
+    p.add_argument("--rounds", type=int, default=3, help="interleaved fresh-process runs per runtime and model")
+    p.add_argument("--json", type=Path)
+    p = sub.add_parser("_runtime_one")
+    p.add_argument("runtime", choices=RUNTIMES)
+    p.add_argument("model")
     p = sub.add_parser("retrieval")
     p.add_argument("--chunks", type=int, nargs="+", default=[1000, 10000, 100000])
     p.add_argument("--questions", type=int, default=100, help="how many bench questions to time")
     p.add_argument("--source-store", type=Path, default=config.BASE_DIR / "chroma_store_eval")
     p.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
+    if args.command == "_runtime_one":
+        config.setup_logging(40)
+        print(json.dumps(runtime_one(args.runtime, args.model)))
+        return 0
     if args.command != "_ingest_one":
         print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
     if args.command == "answer":
@@ -306,6 +462,14 @@ def main(argv: list[str] | None = None) -> int:
         print_table([list(rows[0])] + [list(r.values()) for r in rows])
         if args.json:
             args.json.write_text(json.dumps({"answer": rows}, indent=2))
+        return 0
+    if args.command == "runtime":
+        config.setup_logging(40)
+        result = compare_runtimes(args.models, args.rounds)
+        print_table([["model", "metric", "xllamacpp", "llama-cpp-python", "xllamacpp better ×"]]
+                    + [list(row.values()) for row in result["summary"]])
+        if args.json:
+            args.json.write_text(json.dumps({"runtime": result}, indent=2))
         return 0
     if args.command == "retrieval":
         config.setup_logging(40)

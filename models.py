@@ -234,6 +234,7 @@ def _start_server(path: Path) -> tuple[Any, str, str]:
     params.n_parallel = 1  # one reply at a time; questions go first by QUESTIONS, not by sharing the CPU
     params.cpuparams.n_threads = config.LLM_THREADS
     params.cpuparams_batch.n_threads = config.LLM_THREADS
+    params.n_batch = params.n_ubatch = config.LLM_BATCH
     params.cache_ram_mib = config.LLM_PROMPT_CACHE_MIB  # earlier prompts kept to reuse their shared prefix
     params.hostnames = ["127.0.0.1"]
     params.api_keys = [key]
@@ -311,6 +312,8 @@ class EmbeddedChatModel(BaseChatModel):
             request["stop"] = stop
         if self.json_schema:
             request["json_schema"] = self.json_schema
+        if self.background:
+            request["return_progress"] = True  # a chunk per prompt step, so a question can stop it mid-prompt
         return request
 
     def _chunks(self, request: dict) -> Iterator[dict]:

@@ -69,7 +69,8 @@ def test_background_json_replies_parse_and_yield_to_a_question(llm):
             asked.set()
             time.sleep(1.0)  # the question holds the model long enough for the labeller to notice
 
-    stream = labeller.stream([HumanMessage("Write a long JSON title about the whole history of Rome.")])
+    counting = models.for_background_json(llm, 300, {"type": "object", "properties": {"numbers": {"type": "array", "items": {"type": "integer"}}}})
+    stream = counting.stream([HumanMessage("Reply with the numbers from 1 to 150 as JSON.")])
     next(stream)
     thread = threading.Thread(target=ask_meanwhile)
     thread.start()
