@@ -476,11 +476,18 @@ def page_texts(collection) -> dict[int, str]:
     return pages
 
 
-def _label_page(llm: BaseChatModel, number: int, texts: dict[int, str]) -> tuple[str, list[str]] | None:
+class _LabellingCancelled(Exception):
+    pass
+
+
+def _label_page(
+    llm: BaseChatModel, number: int, texts: dict[int, str], cancel: threading.Event | None = None
+) -> tuple[str, list[str]] | None:
     """Ask the LLM for one page's title and keywords; None after two unusable replies.
 
     Each call waits while a question is being asked; a call a question interrupts
-    (YieldedToQuestion) is asked again afterwards and does not count as a try.
+    (YieldedToQuestion) is asked again afterwards and does not count as a try,
+    unless ``cancel`` was set meanwhile (then _LabellingCancelled).
     """
     user = prompts.ENRICH_USER.format(
         page_number=number,
@@ -491,6 +498,8 @@ def _label_page(llm: BaseChatModel, number: int, texts: dict[int, str]) -> tuple
     messages = [SystemMessage(prompts.ENRICH_SYSTEM), HumanMessage(user)]
     attempts = 0
     while attempts < 2:
+        if cancel is not None and cancel.is_set():
+            raise _LabellingCancelled
         models.QUESTIONS.wait_until_none()
         try:
             reply = llm.invoke(messages).content
@@ -521,6 +530,7 @@ def enrich_document(
 
     Each page is written as soon as it is labelled, so a stop (``cancel`` set,
     Ctrl-C, a crash) loses at most the page in hand and a later call resumes.
+    ``cancel`` is seen between pages, and mid-page when a question interrupts.
     A page whose two replies were unusable is marked ``label_failed`` (no title,
     no keywords; its text still counts) and counted in the collection's
     ``label_failed_pages``; it is not asked again.
@@ -535,10 +545,11 @@ def enrich_document(
     done_before = len(texts) - len(todo)
     failed = collection.metadata.get("label_failed_pages", 0)
     for count, number in enumerate(todo, 1):
-        if cancel is not None and cancel.is_set():
+        try:
+            label = _label_page(llm, number, texts, cancel)
+        except _LabellingCancelled:
             log.info("Enrichment of %s cancelled after %d pages", collection.name, count - 1)
             return count - 1
-        label = _label_page(llm, number, texts)
         title, keywords = label or ("", [])
         failed += label is None
         got = collection.get(where={"page": number}, include=["metadatas"])

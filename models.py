@@ -265,6 +265,7 @@ class EmbeddedChatModel(BaseChatModel):
     max_tokens: int = 512
     json_schema: dict | None = None
     background: bool = False
+    reuse_prompt_cache: bool = True  # off only for benchmarks that ask the same prompt twice
     server: Any = None
     tokenize_url: str = ""
     api_key: str = ""
@@ -306,7 +307,7 @@ class EmbeddedChatModel(BaseChatModel):
             "temperature": kwargs.get("temperature", self.temperature),
             "max_tokens": kwargs.get("max_tokens", self.max_tokens),
             "stream": True,
-            "cache_prompt": True,
+            "cache_prompt": self.reuse_prompt_cache,
         }
         if stop:
             request["stop"] = stop
