@@ -31,6 +31,7 @@ tokenize call), guarded by a random per-process key.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import importlib.resources
 import json
@@ -250,6 +251,19 @@ def _start_server(path: Path) -> tuple[Any, str, str]:
     return server, server.listening_address + "/tokenize", key
 
 
+_REPLIES: set[threading.Thread] = set()  # threads inside llama.cpp right now
+_CLOSING = threading.Event()
+
+
+@atexit.register
+def _stop_replies_at_exit() -> None:
+    """Let every reply in flight stop at its next step before Python tears threads down:
+    a thread stopped inside llama.cpp's callback would abort the process."""
+    _CLOSING.set()
+    for thread in list(_REPLIES):
+        thread.join(timeout=60)
+
+
 def _chunk_text(chunk: dict) -> str:
     """The text of one streamed chat-completion chunk ('' for role and finish chunks)."""
     choices = chunk.get("choices") or [{}]
@@ -339,7 +353,7 @@ class EmbeddedChatModel(BaseChatModel):
             handed.put(chunk)
             if self.background and QUESTIONS.busy():
                 yielded.set()
-            return abandoned.is_set() or yielded.is_set()
+            return abandoned.is_set() or yielded.is_set() or _CLOSING.is_set()
 
         def run() -> None:
             try:
@@ -348,8 +362,11 @@ class EmbeddedChatModel(BaseChatModel):
                 handed.put(err)
             finally:
                 handed.put(None)
+                _REPLIES.discard(threading.current_thread())
 
-        threading.Thread(target=run, name="llm-reply", daemon=True).start()
+        thread = threading.Thread(target=run, name="llm-reply", daemon=True)
+        _REPLIES.add(thread)
+        thread.start()
         try:
             while (chunk := handed.get()) is not None:
                 if isinstance(chunk, Exception):
