@@ -380,8 +380,6 @@ class Library:
     def scope(self, document_ids: list[str] | None) -> list[str] | None:
         """The checked scope for a search or a question (None: the whole library)."""
         known = {d["collection"] for d in ingest.list_documents(self.client)}
-        if not known:
-            raise ApiError(409, "Your library is empty: add a PDF first.")
         unknown = [d for d in document_ids or [] if d not in known]
         if unknown:
             raise ApiError(404, f"There is no document {', '.join(repr(d) for d in unknown)} in the library.")
@@ -676,6 +674,8 @@ async def queue_question(lib: Library, question: str, history: list[tuple[str, s
     if not question.strip():
         raise ApiError(400, "The question is empty.")
     scope = await asyncio.to_thread(lib.scope, documents)  # reads the store: keep the event loop free
+    if not await asyncio.to_thread(ingest.list_documents, lib.client):
+        raise ApiError(409, "Your library is empty: add a PDF first.")
     job = AnswerJob(Question(question, history, scope, k), asyncio.get_running_loop())
     lib.answers.submit(job)
     return job
