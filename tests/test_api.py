@@ -11,11 +11,7 @@ token check and the 409/503 replies.
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -23,9 +19,9 @@ import openai
 import pymupdf
 import pytest
 
+import bench
 from conftest import TEST_LLM, write_text_pdf
 
-REPO = Path(__file__).resolve().parents[1]
 QUESTION = "When did the railway reach the town?"
 FACTS = [
     "Chapter 1. The lighthouse keeper of Port Elwin was Margaret Tolland. "
@@ -37,18 +33,9 @@ FACTS = [
 ]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_server(folder: Path, **settings: str):
-    """``uvicorn api:app`` on a free port with its own store and log; returns (process, base URL)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    port = free_port()
+def start_server(folder: Path, **settings: str) -> tuple[subprocess.Popen, str]:
+    """``uvicorn api:app`` on a free port with its own store and log; (process, base URL)."""
     env = {
-        **os.environ,
         "CHROMA_PERSIST_DIR": str(folder / "store"),
         "CHROMA_HOST": "",
         "LOG_FILE": str(folder / "rag.log"),
@@ -56,36 +43,13 @@ def start_server(folder: Path, **settings: str):
         "EMBED_BACKEND": "embedded",
         "EMBEDDED_LLM": TEST_LLM,
         "ENRICH_ENABLED": "false",  # page labels would compete with the answers for the CPU
-        "OLLAMA_BASE_URL": f"http://127.0.0.1:{free_port()}",  # nothing listens there
+        "OLLAMA_BASE_URL": f"http://127.0.0.1:{bench.free_port()}",  # nothing listens there
         "MAX_FILE_MB": "1",
         "API_TOKEN": "",
         **settings,
     }
-    out = open(folder / "server.out", "w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "api:app", "--port", str(port)], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT
-    )
-    url = f"http://127.0.0.1:{port}"
-    headers = {"Authorization": f"Bearer {settings['API_TOKEN']}"} if settings.get("API_TOKEN") else {}
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, (folder / "server.out").read_text()[-3000:]
-        try:
-            if httpx.get(f"{url}/api/health", headers=headers, timeout=5).status_code == 200:
-                return proc, url
-        except httpx.TransportError:
-            pass
-        time.sleep(0.3)
-    proc.kill()
-    raise AssertionError("the API server did not start: " + (folder / "server.out").read_text()[-3000:])
-
-
-def stop_server(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    headers = {"Authorization": f"Bearer {settings['API_TOKEN']}"} if settings.get("API_TOKEN") else None
+    return bench.start_api_server(env, folder / "server.out", headers)
 
 
 def sse_events(response: httpx.Response):
@@ -130,7 +94,7 @@ def files(tmp_path_factory) -> dict[str, Path]:
 def server(tmp_path_factory):
     proc, url = start_server(tmp_path_factory.mktemp("api"))
     yield url
-    stop_server(proc)
+    bench.stop_api_server(proc)
 
 
 @pytest.fixture(scope="module")
@@ -328,7 +292,7 @@ def test_a_deleted_document_leaves_no_trace_in_the_list_search_or_pages(api, fac
 def locked_server(tmp_path_factory):
     proc, url = start_server(tmp_path_factory.mktemp("api-token"), API_TOKEN="s3cret", LLM_BACKEND="ollama")
     yield url
-    stop_server(proc)
+    bench.stop_api_server(proc)
 
 
 def test_with_api_token_every_request_needs_it(locked_server):
