@@ -228,12 +228,12 @@ class IngestWorker:
         job.report(0, 0, "Checking the file")
         try:
             result = ingest.ingest_pdf(job.path, lib.client, lib.embedder, progress=job.report, doc_name=job.file)
+            lib.retriever.refresh()
         except Exception as err:  # report it on the job; the worker goes on with the next upload
             status, message = status_and_message(err)
             log.warning("Upload %s failed: %s", job.file, message)
             job.finish("failed", message, status)
             return
-        lib.retriever.refresh()
         if lib.enricher is not None:
             lib.enricher.submit(result.collection)
         note = "Already in the library" if result.cached else f"Searchable: {result.pages} pages, {result.chunks} passages"
@@ -263,7 +263,10 @@ class AnswerJob:
         self.submitted = time.monotonic()
 
     def emit(self, kind: str, data: dict) -> None:
-        self._loop.call_soon_threadsafe(self.events.put_nowait, (kind, data))
+        try:
+            self._loop.call_soon_threadsafe(self.events.put_nowait, (kind, data))
+        except RuntimeError:  # the server is shutting down: its event loop is closed, nobody listens
+            self.cancelled.set()
 
     async def stream(self) -> AsyncIterator[tuple[str, dict]]:
         """The events up to and including the last one ("answer" or "error")."""
