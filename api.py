@@ -504,9 +504,13 @@ async def _http_error(request: Request, err: StarletteHTTPException) -> JSONResp
     return error_response(err.status_code, message, getattr(err, "headers", None))
 
 
-@app.exception_handler(Exception)
 async def _library_error(request: Request, err: Exception) -> JSONResponse:
     return error_response(*status_and_message(err))
+
+
+# The library's own errors by class (handled where raised); Exception last, for the unforeseen (500).
+for _kind in (extract.IngestError, models.ModelUnavailableError, httpx.TransportError, Exception):
+    app.add_exception_handler(_kind, _library_error)
 
 
 # -- documents and jobs ---------------------------------------------------------
