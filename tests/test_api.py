@@ -23,6 +23,7 @@ import bench
 from conftest import TEST_LLM, write_text_pdf
 
 QUESTION = "When did the railway reach the town?"
+HOSTILE = '<img src="http://127.0.0.1:9/x.png"> **[click](http://127.0.0.1:9)**'  # text in a PDF, nothing more
 FACTS = [
     "Chapter 1. The lighthouse keeper of Port Elwin was Margaret Tolland. "
     "She kept the lamp burning for forty-one winters without missing a night.",
@@ -83,7 +84,7 @@ def files(tmp_path_factory) -> dict[str, Path]:
     (folder / "huge.pdf").write_bytes(b"%PDF-1.7\n" + b"0" * (2 << 20))  # over MAX_FILE_MB=1
     return {
         "facts": write_text_pdf(folder / "facts.pdf", FACTS),
-        "other": write_text_pdf(folder / "other.pdf", ["Bees raise a new queen on royal jelly."]),
+        "other": write_text_pdf(folder / "other.pdf", [f"Bees raise a new queen on royal jelly. {HOSTILE}"]),
         "locked": folder / "locked.pdf",
         "notes": folder / "notes.pdf",
         "huge": folder / "huge.pdf",
@@ -137,8 +138,11 @@ def test_an_upload_reports_its_progress_until_it_is_searchable(api, files, facts
     assert set(docs) == {"facts.pdf", "other.pdf"}
     facts = api.get(f"/api/documents/{facts_id}").json()
     assert (facts["pages"], facts["passages"], facts["ocr_pages"], facts["labels"]["state"]) == (3, 3, [], "off")
-    hits = api.post("/api/search", json={"query": "royal jelly queen"}).json()["results"]
+    response = api.post("/api/search", json={"query": "royal jelly queen"})
+    hits = response.json()["results"]
     assert (hits[0]["doc"], hits[0]["page"]) == ("other.pdf", 1)
+    assert response.headers["content-type"] == "application/json"  # untrusted text travels as plain JSON strings
+    assert HOSTILE in " ".join(hits[0]["passage"].split())
 
 
 def test_the_same_file_again_is_recognised_by_its_hash(api, files, facts_id):
