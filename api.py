@@ -382,11 +382,13 @@ class Library:
 
     def scope(self, document_ids: list[str] | None) -> list[str] | None:
         """The checked scope for a search or a question (None: the whole library)."""
+        if not document_ids:  # no listing needed: it costs ~100 ms at 200 documents
+            return None
         known = {d["collection"] for d in ingest.list_documents(self.client)}
         unknown = [d for d in document_ids or [] if d not in known]
         if unknown:
             raise ApiError(404, f"There is no document {', '.join(repr(d) for d in unknown)} in the library.")
-        return list(document_ids) if document_ids else None
+        return list(document_ids)
 
 
 def get_library(request: Request) -> Library:
