@@ -42,6 +42,9 @@ INPUT_DATA_DIR = _env("INPUT_DATA_DIR", str(BASE_DIR / "input_data"))
 CHROMA_HOST = _env("CHROMA_HOST", "")
 CHROMA_PORT = _env("CHROMA_PORT", 8000)
 
+# Removing a document compacts the store folder; wait this long for other writers to pause.
+PURGE_TIMEOUT_SECONDS = _env("PURGE_TIMEOUT_SECONDS", 30.0)
+
 # -----------------------------------------------------------------------------
 # Model backends: "auto" uses Ollama when it answers and has the model, else the
 # embedded model; "ollama" or "embedded" force one.

@@ -7,11 +7,16 @@ import base64
 import os
 import re
 import socket
+import sqlite3
+import subprocess
+import sys
 import tomllib
+from contextlib import closing
 from pathlib import Path
 
 from markdown_it import MarkdownIt
 
+import config
 import ingest
 import qa
 import safe_text
@@ -125,3 +130,83 @@ def test_serving_on_a_lan_is_a_deliberate_setting_naming_the_hosts(serve_app):
     url = serve_app("--server.allowedHosts", "localhost", "--server.allowedHosts", "mybox.lan")
     assert " 101 " in websocket_handshake(url, "mybox.lan")
     assert " 101 " not in websocket_handshake(url, "evil.example")
+
+
+# -----------------------------------------------------------------------------
+# 4. Deleted means gone
+
+MARKER = "Zqxv7Marker"
+
+
+def files_holding(folder: Path, *needles: bytes) -> list[str]:
+    """Every file under ``folder`` (SQLite file, journals, vector segment folders, PDFs) holding any of ``needles``."""
+    return sorted(
+        str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file() and any(n in p.read_bytes() for n in needles)
+    )
+
+
+def stored_vector_pieces(folder: Path, chunk_id: str) -> list[bytes]:
+    """A chunk's vector as ChromaDB wrote it, in runs of 16 float32 values (a blob may be
+    split across SQLite pages)."""
+    with closing(sqlite3.connect(folder / "chroma.sqlite3")) as db:
+        raw = db.execute("SELECT vector FROM embeddings_queue WHERE id = ?", (chunk_id,)).fetchone()[0]
+    return [raw[i : i + 64] for i in range(0, len(raw), 64)]
+
+
+def segment_folders(folder: Path) -> set[str]:
+    return {p.name for p in folder.iterdir() if p.is_dir() and p.name not in ("pdfs", "locks")}
+
+
+def live_segments(folder: Path) -> set[str]:
+    with closing(sqlite3.connect(folder / "chroma.sqlite3")) as db:
+        return {row[0] for row in db.execute("SELECT id FROM segments")}
+
+
+def test_a_removed_document_leaves_no_text_vectors_or_pdf_in_the_store_folder(store, embedder, three_page_pdf, tmp_path):
+    folder = Path(config.CHROMA_PERSIST_DIR)
+    kept = ingest.ingest_pdf(three_page_pdf, store, embedder)
+    pages = [f"Private page {n}: the account {MARKER}{n} belongs to Ada. " * 12 for n in range(40)]
+    secret = ingest.ingest_pdf(write_text_pdf(tmp_path / "private.pdf", pages), store, embedder)
+    vector = stored_vector_pieces(folder, store.get_collection(secret.collection).get(limit=1)["ids"][0])
+    assert files_holding(folder, MARKER.encode()) and files_holding(folder, *vector)  # both sides: there before
+
+    ingest.delete_document(store, secret.collection)
+
+    assert files_holding(folder, MARKER.encode()) == []
+    assert files_holding(folder, *vector) == []
+    assert files_holding(folder, f"{MARKER}1".encode("utf-16-le")) == []
+    assert not ingest.kept_pdf_path(secret.collection).exists()
+    assert segment_folders(folder) <= live_segments(folder)  # no vector index folder without its collection
+    # the other document is untouched: searchable by meaning and by its words
+    left = store.get_collection(kept.collection)
+    assert left.count() == kept.chunks and left.get(where_document={"$contains": "lighthouse"})["ids"]
+    assert Retriever(store, embedder).search("Who kept the lighthouse?")[0].doc_name == "facts.pdf"
+
+
+CRASH_AFTER_FIRST_BATCH = """
+import os, signal, sys
+sys.path.insert(0, {repo!r})
+import config, ingest, models
+config.PAGE_BATCH_SIZE = 2
+def die(current, total, message):
+    if message.startswith("Indexed"):
+        os.kill(os.getpid(), signal.SIGKILL)
+ingest.ingest_pdf({pdf!r}, ingest.get_client({store!r}), models.MiniLMEmbeddings(), progress=die)
+"""
+
+
+def test_the_rebuild_of_a_killed_ingest_leaves_nothing_of_the_half_written_one(store, embedder, tmp_path):
+    folder = Path(config.CHROMA_PERSIST_DIR)
+    pdf = write_text_pdf(tmp_path / "half.pdf", [f"Page {n} of the ledger, entry {MARKER}." for n in range(6)])
+    script = CRASH_AFTER_FIRST_BATCH.format(repo=str(REPO), pdf=str(pdf), store=str(folder))
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=600, env={**os.environ, "CHROMA_PERSIST_DIR": str(folder)})
+    assert proc.returncode == -9, proc.stderr.decode()[-2000:]
+    half = segment_folders(folder)
+    assert half  # the killed ingest left its vector index folder
+
+    ingest.ingest_pdf(pdf, store, embedder)
+
+    assert not half & segment_folders(folder)  # the half-written collection's folder is gone
+    assert segment_folders(folder) <= live_segments(folder)
+    with closing(sqlite3.connect(folder / "chroma.sqlite3")) as db:
+        assert db.execute("PRAGMA freelist_count").fetchone()[0] == 0  # no deleted rows left in free pages
