@@ -175,6 +175,7 @@ def test_a_removed_document_leaves_no_text_vectors_or_pdf_in_the_store_folder(st
     assert files_holding(folder, MARKER.encode()) == []
     assert files_holding(folder, *vector) == []
     assert files_holding(folder, f"{MARKER}1".encode("utf-16-le")) == []
+    assert files_holding(folder, b"qxv", b"xv7") == []  # not even the full-text index's trigrams of it
     assert not ingest.kept_pdf_path(secret.collection).exists()
     assert segment_folders(folder) <= live_segments(folder)  # no vector index folder without its collection
     # the other document is untouched: searchable by meaning and by its words
