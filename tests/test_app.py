@@ -13,7 +13,7 @@ from streamlit.testing.v1 import AppTest
 import config
 import ingest
 import models
-from conftest import shown
+from conftest import shown, write_text_pdf
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 QUESTION = "When did the railway reach the town?"
@@ -133,3 +133,34 @@ def test_the_server_listens_on_localhost_only_with_the_upload_limit_ingest_enfor
     settings = tomllib.loads((Path(APP).parent / ".streamlit" / "config.toml").read_text())
     assert settings["server"]["address"] == "127.0.0.1"
     assert settings["server"]["maxUploadSize"] == config.MAX_FILE_MB
+
+
+def test_a_refused_upload_says_why_until_dismissed(store, tmp_path, small_model):
+    bad = tmp_path / "notes.pdf"
+    bad.write_bytes(b"this is a text file wearing a .pdf name")
+    app = upload(AppTest.from_file(APP, default_timeout=120).run(), bad)
+    app.run()  # another interaction: the reason stays, without a click
+    assert "notes.pdf" in shown(app.sidebar.error[0].value) and "not a PDF" in app.sidebar.error[0].value
+    app.sidebar.button(key=next(b.key for b in app.sidebar.button if b.key.startswith("dismiss-"))).click().run()
+    assert not app.sidebar.error
+
+
+def test_the_same_file_uploaded_again_after_removal_is_added_again(store, embedder, three_page_pdf, small_model):
+    app = upload(AppTest.from_file(APP, default_timeout=300).run(), three_page_pdf)
+    collection = ingest.list_documents(store)[0]["collection"]
+    app.sidebar.button(key=f"rm-{collection}").click().run()
+    assert ingest.list_documents(store) == []
+    upload(app, three_page_pdf)
+    assert not app.exception and [d["collection"] for d in ingest.list_documents(store)] == [collection]
+
+
+def test_two_different_files_with_the_same_name_and_size_are_both_added(store, embedder, tmp_path, small_model):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = write_text_pdf(tmp_path / "a" / "report.pdf", ["The harbour opened in 1850."])
+    second = write_text_pdf(tmp_path / "b" / "report.pdf", ["The harbour opened in 1851."])
+    assert first.stat().st_size == second.stat().st_size and first.read_bytes() != second.read_bytes()
+    app = AppTest.from_file(APP, default_timeout=300).run()
+    app.sidebar.file_uploader[0].set_value([(p.name, p.read_bytes(), "application/pdf") for p in (first, second)])
+    app.run()
+    assert not app.exception and len(ingest.list_documents(store)) == 2
