@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pymupdf
 import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
@@ -13,7 +14,7 @@ from streamlit.testing.v1 import AppTest
 import config
 import ingest
 import models
-from conftest import shown, write_text_pdf
+from conftest import shown
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 QUESTION = "When did the railway reach the town?"
@@ -155,12 +156,16 @@ def test_the_same_file_uploaded_again_after_removal_is_added_again(store, embedd
 
 
 def test_two_different_files_with_the_same_name_and_size_are_both_added(store, embedder, tmp_path, small_model):
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    first = write_text_pdf(tmp_path / "a" / "report.pdf", ["The harbour opened in 1850."])
-    second = write_text_pdf(tmp_path / "b" / "report.pdf", ["The harbour opened in 1851."])
-    assert first.stat().st_size == second.stat().st_size and first.read_bytes() != second.read_bytes()
+    copies = []
+    for folder in ("a", "b"):  # the same page, told apart by a same-length subject line
+        (tmp_path / folder).mkdir()
+        doc = pymupdf.open()
+        doc.new_page().insert_text((50, 50), "The harbour opened in 1850.")
+        doc.set_metadata({"subject": f"copy {folder}"})
+        doc.save(tmp_path / folder / "report.pdf")
+        copies.append((tmp_path / folder / "report.pdf").read_bytes())
+    assert len(copies[0]) == len(copies[1]) and copies[0] != copies[1]
     app = AppTest.from_file(APP, default_timeout=300).run()
-    app.sidebar.file_uploader[0].set_value([(p.name, p.read_bytes(), "application/pdf") for p in (first, second)])
+    app.sidebar.file_uploader[0].set_value([("report.pdf", data, "application/pdf") for data in copies])
     app.run()
     assert not app.exception and len(ingest.list_documents(store)) == 2
