@@ -211,3 +211,28 @@ def test_the_rebuild_of_a_killed_ingest_leaves_nothing_of_the_half_written_one(s
     assert segment_folders(folder) <= live_segments(folder)
     with closing(sqlite3.connect(folder / "chroma.sqlite3")) as db:
         assert db.execute("PRAGMA freelist_count").fetchone()[0] == 0  # no deleted rows left in free pages
+
+
+# -----------------------------------------------------------------------------
+# 7. The app's log holds the app's own lines, not libraries' debug chatter
+
+LOGGING = """
+import logging, sys
+sys.path.insert(0, {repo!r})
+import config
+config.setup_logging()
+logging.getLogger("streamlit.watcher.event_based_path_watcher").debug("Watcher created for /x")
+logging.getLogger("httpx").info("HTTP Request: GET /api/tags")
+logging.getLogger("chromadb.telemetry").warning("a library warning")
+logging.getLogger("ingest").debug("an ingest detail")
+logging.getLogger("__main__").info("the page script")
+"""
+
+
+def test_the_log_keeps_the_apps_lines_and_library_warnings_but_no_library_chatter(tmp_path):
+    log_file = tmp_path / "app.log"
+    subprocess.run([sys.executable, "-c", LOGGING.format(repo=str(REPO))], check=True, capture_output=True,
+                   env={**os.environ, "LOG_FILE": str(log_file)})
+    text = log_file.read_text()
+    assert "an ingest detail" in text and "the page script" in text and "a library warning" in text
+    assert "Watcher created" not in text and "HTTP Request" not in text
