@@ -95,6 +95,8 @@ def ingest_upload(upload) -> None:
         note = "already in the library" if result.cached else f"{result.pages} pages, {result.chunks} passages"
         ocr = f", {result.ocr_pages} read by OCR" if result.ocr_pages else ""
         status.update(label=f"{name}: searchable ({note}{ocr})", state="complete", expanded=False)
+        if result.damaged_pages:
+            add_notice(f"**{name}** is damaged: pages {ingest.page_ranges(result.damaged_pages)} could not be read and were left out.", "warning")
 
 
 def uploads_panel() -> None:
@@ -111,14 +113,14 @@ def uploads_panel() -> None:
                 ingest_upload(upload)
 
 
-def add_notice(markdown: str) -> None:
-    """A problem the person must read: shown in the sidebar until they dismiss it."""
-    st.session_state.setdefault("notices", {})[uuid.uuid4().hex] = markdown
+def add_notice(markdown: str, kind: str = "error") -> None:
+    """A problem the person must read (``kind`` "error" or "warning"): shown in the sidebar until dismissed."""
+    st.session_state.setdefault("notices", {})[uuid.uuid4().hex] = (kind, markdown)
 
 
 def notices_panel() -> None:
-    for key, text in list(st.session_state.get("notices", {}).items()):
-        st.sidebar.error(text)
+    for key, (kind, text) in list(st.session_state.get("notices", {}).items()):
+        getattr(st.sidebar, kind)(text)
         if st.sidebar.button("Dismiss", key=f"dismiss-{key}"):
             del st.session_state.notices[key]
             st.rerun()
@@ -144,7 +146,7 @@ def document_card(doc: dict, labelling: ingest.EnrichmentProgress | None) -> Non
         try:
             ingest.delete_document(store(), doc["collection"])
         except ingest.IngestError as err:  # removed but not purged, or the server went away
-            add_notice(md(err))
+            add_notice(md(err), "warning")
         retriever().refresh()
         st.rerun()
 

@@ -111,6 +111,8 @@ OCR_ENGINE = _env("OCR_ENGINE", "auto")  # auto | rapidocr | tesseract | none
 OCR_MAX_DPI = _env("OCR_MAX_DPI", 200)
 OCR_MAX_PIXELS = _env("OCR_MAX_PIXELS", 2000)  # long side of the rendered page
 PAGE_BATCH_SIZE = _env("PAGE_BATCH_SIZE", 32)  # pages extracted+embedded+written together
+# A damaged file (pages that cannot be read, e.g. cut short) is refused; true keeps its readable pages.
+KEEP_READABLE_PAGES = _env("KEEP_READABLE_PAGES", False)
 
 # Enrichment: an LLM title and keywords per page, added after the text is searchable.
 ENRICH_ENABLED = _env("ENRICH_ENABLED", True)

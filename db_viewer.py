@@ -42,7 +42,7 @@ CHUNK_COLUMNS = [
     "id", "page", "chunk_index", "start", "end", "text_source",
     "title", "keywords", "enriched", "length", "text",
 ]
-PAGE_SOURCE_NAMES = {"T": "text layer", "O": "OCR", "E": "empty"}
+PAGE_SOURCE_NAMES = {"T": "text layer", "O": "OCR", "E": "empty", "D": "damaged, left out"}
 RAW_EMBEDDING_VALUES = 8  # values of each vector shown in the raw view; 384 would drown the JSON
 
 # -----------------------------------------------------------------------------

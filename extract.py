@@ -1,7 +1,9 @@
 """Read a PDF: open it safely, get each page's text (OCR when the words are in a picture),
 and cut page text into chunks whose character offsets index the page exactly.
 
-    file -> open_pdf()       checks: size, %PDF-, opens, not encrypted, has pages, page limit
+    file -> open_pdf()       checks: size, %PDF-, opens, not encrypted, has pages, page limit,
+                             every page readable (a truncated file MuPDF had to repair is
+                             "damaged: pages 8–15 could not be read" unless KEEP_READABLE_PAGES)
          -> extract_page()   text layer, or OCR when the words are likely in a picture: no text
                              layer, a sparse one over a mostly-image page (a scan with a stamp),
                              or a sparse one beside hundreds of vector paths (outlined text);
@@ -50,6 +52,10 @@ class CorruptPDFError(IngestError):
     pass
 
 
+class DamagedPagesError(CorruptPDFError):
+    """Some pages of the file cannot be read; the rest could be kept with KEEP_READABLE_PAGES."""
+
+
 class EncryptedPDFError(IngestError):
     pass
 
@@ -64,6 +70,88 @@ class NoTextError(IngestError):
 
 # -----------------------------------------------------------------------------
 # Opening a PDF safely
+
+
+def page_ranges(numbers: list[int]) -> str:
+    """page_ranges([8, 9, 10, 12]) -> "8–10, 12" """
+    ranges: list[list[int]] = []
+    for n in sorted(numbers):
+        if ranges and n == ranges[-1][1] + 1:
+            ranges[-1][1] = n
+        else:
+            ranges.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in ranges)
+
+
+def _page_is_readable(doc: pymupdf.Document, index: int) -> bool:
+    """Whether page ``index`` is whole: a real page object whose content streams and images
+    exist and, in a file MuPDF had to repair, read to their end without a MuPDF warning.
+
+    A file cut short still opens (MuPDF repairs it), but the pages past the cut come back
+    blank or half-drawn: their page object, content stream or image is missing or cut.
+    Streams are only read in a repaired file: intact files with a harmless "premature end
+    of data" in a page's stream exist (one of the 32 bench PDFs has two such pages, whose
+    text reads fine).
+    """
+    try:
+        page = doc.load_page(index)
+        if page.xref <= 0 or doc.xref_get_key(page.xref, "Type") != ("name", "/Page"):
+            return False
+        contents, images = page.get_contents(), [image[0] for image in page.get_images(full=True)]
+        if not all(doc.xref_is_stream(xref) for xref in contents + images):
+            return False
+        if not doc.is_repaired:
+            return True
+        pymupdf.TOOLS.mupdf_warnings(reset=True)
+        for xref in contents:
+            doc.xref_stream(xref)  # decoded: a stream cut short says "premature end of data"
+        for xref in images:
+            doc.xref_stream_raw(xref)  # raw (decoding a scan would cost seconds): "Length incorrect"
+        return not pymupdf.TOOLS.mupdf_warnings(reset=True)
+    except Exception:  # PyMuPDF raises several types for a broken page
+        return False
+
+
+def unreadable_pages(doc: pymupdf.Document) -> list[int]:
+    """The 1-based numbers of the pages that cannot be read (see ``_page_is_readable``).
+
+    Measured on the 45 bench and sample PDFs (3,304 pages, 0.0-0.7 s per file): none flagged.
+    A scanned 15-page file cut at half: pages 8-15; cut at 30%: pages 5-15.
+    """
+    return [n + 1 for n in range(doc.page_count) if not _page_is_readable(doc, n)]
+
+
+def _declares_no_pages(doc: pymupdf.Document) -> bool:
+    """Whether the file's own page tree says it has no pages (rather than having lost it)."""
+    try:
+        kind, ref = doc.xref_get_key(doc.pdf_catalog(), "Pages")
+        return kind == "xref" and doc.xref_get_key(int(ref.split()[0]), "Count") == ("int", "0")
+    except Exception:  # no catalog or no page tree: lost, not empty
+        return False
+
+
+def _check_pages(doc: pymupdf.Document, name: str) -> None:
+    """Raise when the file has no pages, too many, or damaged ones (unless the person asked
+    to keep the readable pages only)."""
+    try:
+        pages = doc.page_count
+    except Exception as err:  # a page tree cut short: "Invalid number of pages"
+        raise CorruptPDFError(f"{name} is damaged and cannot be read ({err}).") from err
+    if pages == 0 and not _declares_no_pages(doc):  # a page tree lost to truncation, not an empty document
+        raise CorruptPDFError(f"{name} is damaged: no page could be read.")
+    if pages == 0:
+        raise EmptyPDFError(f"{name} has no pages.")
+    if pages > config.MAX_PAGES:
+        raise FileTooLargeError(f"{name} has {pages} pages; the limit is {config.MAX_PAGES} (setting MAX_PAGES).")
+    damaged = unreadable_pages(doc)
+    if len(damaged) == pages:
+        raise CorruptPDFError(f"{name} is damaged: no page could be read.")
+    if damaged and not config.KEEP_READABLE_PAGES:
+        readable = [n for n in range(1, pages + 1) if n not in damaged]
+        raise DamagedPagesError(
+            f"{name} is damaged: pages {page_ranges(damaged)} could not be read. To add only the readable "
+            f"pages ({page_ranges(readable)}), set KEEP_READABLE_PAGES=true; or get a complete copy of the file."
+        )
 
 
 def open_pdf(path: Path) -> pymupdf.Document:
@@ -85,13 +173,11 @@ def open_pdf(path: Path) -> pymupdf.Document:
     if doc.needs_pass:
         doc.close()
         raise EncryptedPDFError(f"{path.name} is password-protected. Remove the password and upload it again.")
-    if doc.page_count == 0:
+    try:
+        _check_pages(doc, path.name)
+    except IngestError:
         doc.close()
-        raise EmptyPDFError(f"{path.name} has no pages.")
-    if doc.page_count > config.MAX_PAGES:
-        pages = doc.page_count
-        doc.close()
-        raise FileTooLargeError(f"{path.name} has {pages} pages; the limit is {config.MAX_PAGES} (setting MAX_PAGES).")
+        raise
     return doc
 
 

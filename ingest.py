@@ -64,6 +64,7 @@ import models
 import prompts
 from extract import (  # noqa: F401  (the PDF errors are part of ingest's interface too)
     CorruptPDFError,
+    DamagedPagesError,
     EmptyPDFError,
     EncryptedPDFError,
     FileTooLargeError,
@@ -74,7 +75,9 @@ from extract import (  # noqa: F401  (the PDF errors are part of ingest's interf
     chunk_page,
     ocr_engine,
     open_pdf,
+    page_ranges,
     read_page,
+    unreadable_pages,
 )
 from safe_text import fence_text
 
@@ -307,6 +310,12 @@ class IngestResult:
     seconds: float
     cached: bool = False
     stage_seconds: dict = field(default_factory=dict)
+    damaged_pages: list[int] = field(default_factory=list)  # left out (KEEP_READABLE_PAGES)
+
+
+def damaged_in(meta: dict) -> list[int]:
+    """The pages a document's metadata records as damaged and left out: damaged_in({"page_sources": "TTD"}) -> [3]"""
+    return [n for n, letter in enumerate(meta.get("page_sources", ""), 1) if letter == "D"]
 
 
 def _result_from_metadata(meta: dict, seconds: float) -> IngestResult:
@@ -320,6 +329,7 @@ def _result_from_metadata(meta: dict, seconds: float) -> IngestResult:
         empty_pages=meta["empty_pages"],
         seconds=seconds,
         cached=True,
+        damaged_pages=damaged_in(meta),
     )
 
 
@@ -409,8 +419,8 @@ def _build_collection(doc, client, embedder, name, sha256, doc_name, progress, t
             status="complete",
             chunks=stats["chunks"],
             ocr_pages=sources.count("O"),
-            empty_pages=sources.count("E"),
-            page_sources=sources,  # one letter per page: T text layer, O OCR, E empty
+            empty_pages=sources.count("E") + sources.count("D"),
+            page_sources=sources,  # one letter per page: T text layer, O OCR, E empty, D damaged (left out)
             enriched_pages=0,
             ingest_seconds=round(time.perf_counter() - t0, 2),
         )
@@ -429,6 +439,7 @@ def _build_collection(doc, client, embedder, name, sha256, doc_name, progress, t
         empty_pages=meta["empty_pages"],
         seconds=time.perf_counter() - t0,
         stage_seconds=stats["stage_seconds"],
+        damaged_pages=damaged_in(meta),
     )
 
 
@@ -437,9 +448,13 @@ def _write_pages(doc, collection, embedder, sha256, doc_name, progress) -> dict:
     total = doc.page_count
     seconds = {"extract": 0.0, "ocr": 0.0, "chunk": 0.0, "embed": 0.0, "store": 0.0}
     sources, chunks = [], 0
+    damaged = set(unreadable_pages(doc))  # only left when KEEP_READABLE_PAGES asked to keep the rest
     for first in range(0, total, config.PAGE_BATCH_SIZE):
         pages = []
         for number in range(first, min(first + config.PAGE_BATCH_SIZE, total)):
+            if number + 1 in damaged:
+                sources.append("D")
+                continue
             t = time.perf_counter()
             try:
                 pages.append(read_page(doc.load_page(number)))
@@ -677,7 +692,10 @@ def main(argv: list[str] | None = None) -> int:
             if config.ENRICH_ENABLED and not args.no_enrich:
                 sys.stderr.write("\n")
                 enrich_document(open_collection(client, result.collection, embedder), progress=_bar)
-            rows.append((pdf.name, result.pages, result.chunks, result.ocr_pages, f"{result.seconds:.1f}", "cached" if result.cached else "ok"))
+            status = "cached" if result.cached else "ok"
+            if result.damaged_pages:
+                status += f" (damaged: pages {page_ranges(result.damaged_pages)} left out)"
+            rows.append((pdf.name, result.pages, result.chunks, result.ocr_pages, f"{result.seconds:.1f}", status))
         except KeyboardInterrupt:
             sys.stderr.write("\nStopped. Searchable documents stay searchable; enrichment resumes next time.\n")
             return 130

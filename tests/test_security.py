@@ -14,13 +14,16 @@ import tomllib
 from contextlib import closing
 from pathlib import Path
 
+import pymupdf
+import pytest
 from markdown_it import MarkdownIt
 
 import config
+import extract
 import ingest
 import qa
 import safe_text
-from conftest import shown, write_text_pdf
+from conftest import image_only_page, shown, write_text_pdf
 from retriever import Retriever
 
 REPO = Path(__file__).resolve().parents[1]
@@ -236,3 +239,61 @@ def test_the_log_keeps_the_apps_lines_and_library_warnings_but_no_library_chatte
     text = log_file.read_text()
     assert "an ingest detail" in text and "the page script" in text and "a library warning" in text
     assert "Watcher created" not in text and "HTTP Request" not in text
+
+
+# -----------------------------------------------------------------------------
+# 5. Damaged files: said in plain words, never stored half-read as if whole
+
+
+def cut(source: Path, target: Path, share: float) -> Path:
+    data = source.read_bytes()
+    target.write_bytes(data[: int(len(data) * share)])
+    return target
+
+
+@pytest.fixture
+def scanned_pdf(tmp_path) -> Path:
+    doc = pymupdf.open()
+    for n in range(1, 16):
+        image_only_page(doc, f"Scanned page {n}. The harbour report continues.")
+    doc.save(tmp_path / "scan.pdf")
+    return tmp_path / "scan.pdf"
+
+
+def test_a_scan_cut_in_half_is_refused_as_damaged_naming_the_lost_pages(store, embedder, scanned_pdf, tmp_path):
+    half = cut(scanned_pdf, tmp_path / "half.pdf", 0.5)
+    with pytest.raises(ingest.DamagedPagesError, match="half.pdf is damaged: pages 8–15 could not be read") as err:
+        ingest.ingest_pdf(half, store, embedder)
+    assert "KEEP_READABLE_PAGES" in str(err.value) and "1–7" in str(err.value)
+    assert store.list_collections() == []
+
+
+@pytest.mark.parametrize("share", [0.05, 0.1, 0.3, 0.5, 0.7, 0.9, 0.97])
+def test_a_truncated_text_pdf_is_called_damaged_or_is_read_whole(tmp_path, share):
+    whole = write_text_pdf(tmp_path / "whole.pdf", [f"Text page {n}. " * 40 for n in range(1, 16)])
+    try:
+        doc = extract.open_pdf(cut(whole, tmp_path / "cut.pdf", share))
+    except ingest.IngestError as err:
+        assert isinstance(err, ingest.CorruptPDFError) and "damaged" in str(err) and "no pages" not in str(err)
+    else:  # MuPDF could repair it: then every page is there
+        assert doc.page_count == 15 and all(f"Text page {n}." in doc[n - 1].get_text() for n in range(1, 16))
+
+
+def test_keep_readable_pages_stores_the_readable_pages_whole_and_records_the_rest(store, embedder, tmp_path, monkeypatch):
+    monkeypatch.setattr(config, "KEEP_READABLE_PAGES", True)
+    whole = write_text_pdf(tmp_path / "whole.pdf", [f"Text page {n}. " * 40 for n in range(1, 16)])
+    result = ingest.ingest_pdf(cut(whole, tmp_path / "cut.pdf", 0.3), store, embedder)
+    first_lost = result.damaged_pages[0]
+    assert 1 < first_lost and result.damaged_pages == list(range(first_lost, 16))
+    got = store.get_collection(result.collection).get(include=["documents", "metadatas"])
+    assert {m["page"] for m in got["metadatas"]} == set(range(1, first_lost))  # nothing stored for a lost page
+    assert all(f"Text page {m['page']}." in text for text, m in zip(got["documents"], got["metadatas"]))
+    meta = store.get_collection(result.collection).metadata
+    assert meta["page_sources"].endswith("D" * len(result.damaged_pages)) and ingest.damaged_in(meta) == result.damaged_pages
+
+
+def test_a_file_whose_page_tree_is_lost_is_damaged_not_empty(tmp_path):
+    lost = tmp_path / "lost.pdf"  # the catalog points at a page tree that is not in the file
+    lost.write_bytes(b"%PDF-1.4\n1 0 obj<</Type/Catalog/Pages 2 0 R>>endobj\ntrailer<</Root 1 0 R>>\n%%EOF\n")
+    with pytest.raises(ingest.CorruptPDFError, match="lost.pdf is damaged"):
+        extract.open_pdf(lost)
