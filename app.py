@@ -26,8 +26,13 @@ from pathlib import Path
 
 import streamlit as st
 
+try:  # first, alone: every module below reads its settings from it
+    import config
+except SystemExit as err:  # config.SettingError: a setting in the environment cannot be used
+    st.error(str(err))
+    st.stop()
+
 import checker
-import config
 import ingest
 import models
 import preview

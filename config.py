@@ -16,17 +16,32 @@ import os
 from pathlib import Path
 
 
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+class SettingError(SystemExit):
+    """A setting in the environment that cannot be used. A SystemExit, so that a command
+    stops with just this message, not a traceback."""
+
+
 def _env(name: str, default):
     """The environment's value for ``name`` cast to ``type(default)``, else ``default``.
 
     _env("TOP_K", 5) with TOP_K="8" in the environment -> 8
+    _env("TOP_K", 5) with TOP_K="many" -> SettingError: "Setting TOP_K='many' is not a whole number ..."
     """
     raw = os.environ.get(name)
     if raw is None or raw == "":
         return default
     if isinstance(default, bool):
-        return raw.strip().lower() in ("1", "true", "yes", "on")
-    return type(default)(raw)
+        if raw.strip().lower() not in _TRUE + _FALSE:
+            raise SettingError(f"Setting {name}={raw!r} is not true or false (use one of {', '.join(_TRUE + _FALSE)}).")
+        return raw.strip().lower() in _TRUE
+    try:
+        return type(default)(raw)
+    except ValueError:
+        kind = {int: "a whole number", float: "a number"}.get(type(default), type(default).__name__)
+        raise SettingError(f"Setting {name}={raw!r} is not {kind} (the default is {default}).") from None
 
 
 # -----------------------------------------------------------------------------

@@ -30,7 +30,12 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-import config
+try:  # first, alone: every module below reads its settings from it
+    import config
+except SystemExit as err:  # config.SettingError: a setting in the environment cannot be used
+    st.error(str(err))
+    st.stop()
+
 import ingest
 from safe_text import md
 

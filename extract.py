@@ -1,7 +1,7 @@
 """Read a PDF: open it safely, get each page's text (OCR when the words are in a picture),
 and cut page text into chunks whose character offsets index the page exactly.
 
-    file -> open_pdf()       checks: size, %PDF-, opens, not encrypted, has pages, page limit,
+    file -> open_pdf()       checks: a readable file (not a folder or a dangling link), size, %PDF-, opens, not encrypted, has pages, page limit,
                              every page readable (a truncated file MuPDF had to repair is
                              "damaged: pages 8–15 could not be read" unless KEEP_READABLE_PAGES)
          -> extract_page()   text layer, or OCR when the words are likely in a picture: no text
@@ -20,6 +20,7 @@ Deliberately simple: page text is PyMuPDF's plain text layer in its stored order
 from __future__ import annotations
 
 import logging
+import os
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -46,6 +47,10 @@ class FileTooLargeError(IngestError):
 
 class NotAPDFError(IngestError):
     pass
+
+
+class FileProblemError(IngestError):
+    """The path is missing, a folder, a dangling link or unreadable: no PDF to look at."""
 
 
 class CorruptPDFError(IngestError):
@@ -154,27 +159,51 @@ def _check_pages(doc: pymupdf.Document, name: str) -> None:
         )
 
 
+def display_name(path: Path) -> str:
+    """A file's name as text that can be shown, printed and stored: a byte that is not UTF-8
+    (a name from an old Windows or Latin-1 disk) becomes "�".
+
+    display_name(Path(b"caf\\xe9.pdf".decode("utf-8", "surrogateescape"))) -> "caf�.pdf"
+    """
+    return os.fsencode(Path(path).name).decode("utf-8", "replace")
+
+
+def _read_head(path: Path, name: str) -> tuple[int, bytes]:
+    """The file's size and first KiB, or the FileProblemError that says why it cannot be read."""
+    if path.is_symlink() and not path.exists():
+        raise FileProblemError(f"{name} is a link to a file that does not exist.")
+    if not path.exists():
+        raise FileProblemError(f"There is no file {os.fsencode(path).decode('utf-8', 'replace')}.")
+    if path.is_dir():
+        raise FileProblemError(f"{name} is a folder, not a PDF file.")
+    try:
+        with open(path, "rb") as f:
+            return os.fstat(f.fileno()).st_size, f.read(1024)
+    except OSError as err:
+        raise FileProblemError(f"{name} cannot be read ({err.strerror}).") from err
+
+
 def open_pdf(path: Path) -> pymupdf.Document:
     """Open ``path`` as a PDF or raise the IngestError that says what is wrong with it."""
     path = Path(path)
-    size_mb = path.stat().st_size / 2**20
-    if size_mb > config.MAX_FILE_MB:
-        raise FileTooLargeError(
-            f"{path.name} is {size_mb:.0f} MB; the limit is {config.MAX_FILE_MB} MB (setting MAX_FILE_MB)."
-        )
-    with open(path, "rb") as f:
-        head = f.read(1024)
+    name = display_name(path)
+    size, head = _read_head(path, name)
+    if size / 2**20 > config.MAX_FILE_MB:
+        raise FileTooLargeError(f"{name} is {size / 2**20:.0f} MB; the limit is {config.MAX_FILE_MB} MB (setting MAX_FILE_MB).")
     if b"%PDF-" not in head:
-        raise NotAPDFError(f"{path.name} is not a PDF file (it does not start like one).")
+        raise NotAPDFError(f"{name} is not a PDF file (it does not start like one).")
     try:
-        doc = pymupdf.open(path, filetype="pdf")
+        if name == path.name:
+            doc = pymupdf.open(path, filetype="pdf")
+        else:  # PyMuPDF cannot open a path that is not valid UTF-8: hand it the bytes
+            doc = pymupdf.open(stream=path.read_bytes(), filetype="pdf")
     except Exception as err:  # PyMuPDF raises several types for broken files
-        raise CorruptPDFError(f"{path.name} is damaged and cannot be read ({err}).") from err
+        raise CorruptPDFError(f"{name} is damaged and cannot be read ({err}).") from err
     if doc.needs_pass:
         doc.close()
-        raise EncryptedPDFError(f"{path.name} is password-protected. Remove the password and upload it again.")
+        raise EncryptedPDFError(f"{name} is password-protected. Remove the password and upload it again.")
     try:
-        _check_pages(doc, path.name)
+        _check_pages(doc, name)
     except IngestError:
         doc.close()
         raise

@@ -65,6 +65,7 @@ import prompts
 from extract import (  # noqa: F401  (the PDF errors are part of ingest's interface too)
     CorruptPDFError,
     DamagedPagesError,
+    FileProblemError,
     EmptyPDFError,
     EncryptedPDFError,
     FileTooLargeError,
@@ -73,6 +74,7 @@ from extract import (  # noqa: F401  (the PDF errors are part of ingest's interf
     NotAPDFError,
     Page,
     chunk_page,
+    display_name,
     ocr_engine,
     open_pdf,
     page_ranges,
@@ -374,7 +376,7 @@ def ingest_pdf(
     progress = progress or _no_progress
     client = client or get_client()
     embedder = embedder or models.get_embeddings()
-    doc_name = doc_name or path.name
+    doc_name = doc_name or display_name(path)
     doc = open_pdf(path)
     try:
         sha256 = file_sha256(path)
@@ -406,27 +408,13 @@ def _build_collection(doc, client, embedder, name, sha256, doc_name, progress, t
         "pages": doc.page_count,
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
-    collection = client.create_collection(
-        name, metadata=meta, configuration={"hnsw": {"space": "cosine"}}, embedding_function=None
-    )
     try:
-        stats = _write_pages(doc, collection, embedder, sha256, doc_name, progress)
-        if stats["chunks"] == 0:
-            why = "no OCR engine is available" if ocr_engine() is None else "OCR found no text either"
-            raise NoTextError(f"{doc_name} contains no readable text ({why}).")
-        sources = stats.pop("sources")
-        meta.update(
-            status="complete",
-            chunks=stats["chunks"],
-            ocr_pages=sources.count("O"),
-            empty_pages=sources.count("E") + sources.count("D"),
-            page_sources=sources,  # one letter per page: T text layer, O OCR, E empty, D damaged (left out)
-            enriched_pages=0,
-            ingest_seconds=round(time.perf_counter() - t0, 2),
-        )
-        collection.modify(metadata=meta)  # the completion marker: always the last write
-    except BaseException:
-        delete_document(client, name)
+        with _server_errors():  # a server lost mid-ingest becomes a StoreUnavailableError
+            stats, meta = _write_collection(doc, client, embedder, name, meta, progress, t0)
+    except BaseException as err:
+        leftover = _discard_unfinished(client, name, doc_name)
+        if leftover and isinstance(err, IngestError):
+            raise type(err)(f"{err} {leftover}") from err
         raise
     log.info("Ingested %s: %d pages, %d chunks in %.1fs", doc_name, doc.page_count, stats["chunks"], meta["ingest_seconds"])
     return IngestResult(
@@ -441,6 +429,48 @@ def _build_collection(doc, client, embedder, name, sha256, doc_name, progress, t
         stage_seconds=stats["stage_seconds"],
         damaged_pages=damaged_in(meta),
     )
+
+
+def _discard_unfinished(client: chromadb.ClientAPI, name: str, doc_name: str) -> str:
+    """Remove what a failed build left (collection, kept PDF); return, in words, what could
+    not be removed ("" when everything was)."""
+    kept_pdf_path(name).unlink(missing_ok=True)
+    try:
+        delete_document(client, name)
+    except (chromadb.errors.NotFoundError, ValueError):  # never created: nothing to remove
+        pass
+    except StoreUnavailableError:
+        return (
+            f"Its unfinished collection {name} could not be removed from the server: it is marked unfinished, "
+            f"so searches ignore it, and adding {doc_name} again once the server answers rebuilds it."
+        )
+    except StorePurgeError as err:
+        return str(err)
+    return ""
+
+
+def _write_collection(doc, client, embedder, name, meta, progress, t0) -> tuple[dict, dict]:
+    """Create the collection, fill it, and mark it complete as the very last write; returns
+    the page statistics and the final metadata."""
+    collection = client.create_collection(
+        name, metadata=meta, configuration={"hnsw": {"space": "cosine"}}, embedding_function=None
+    )
+    stats = _write_pages(doc, collection, embedder, meta["sha256"], meta["doc_name"], progress)
+    if stats["chunks"] == 0:
+        why = "no OCR engine is available" if ocr_engine() is None else "OCR found no text either"
+        raise NoTextError(f"{meta['doc_name']} contains no readable text ({why}).")
+    sources = stats.pop("sources")
+    meta.update(
+        status="complete",
+        chunks=stats["chunks"],
+        ocr_pages=sources.count("O"),
+        empty_pages=sources.count("E") + sources.count("D"),
+        page_sources=sources,  # one letter per page: T text layer, O OCR, E empty, D damaged (left out)
+        enriched_pages=0,
+        ingest_seconds=round(time.perf_counter() - t0, 2),
+    )
+    collection.modify(metadata=meta)  # the completion marker: always the last write
+    return stats, meta
 
 
 def _write_pages(doc, collection, embedder, sha256, doc_name, progress) -> dict:
@@ -653,11 +683,13 @@ class BackgroundEnricher:
 
 
 def find_pdfs(paths: list[str]) -> list[Path]:
-    """Files named, plus every *.pdf below each folder named (recursively), sorted."""
+    """Paths named, plus every *.pdf below each folder named (recursively), sorted. A folder
+    that happens to be called *.pdf is searched, not listed; anything else named is listed,
+    so that a missing file or a dangling link gets its line in the summary."""
     found: list[Path] = []
     for raw in paths:
         p = Path(raw)
-        found.extend(sorted(q for q in p.rglob("*") if q.suffix.lower() == ".pdf") if p.is_dir() else [p])
+        found.extend(sorted(q for q in p.rglob("*") if q.suffix.lower() == ".pdf" and not q.is_dir()) if p.is_dir() else [p])
     return found
 
 
@@ -695,13 +727,13 @@ def main(argv: list[str] | None = None) -> int:
             status = "cached" if result.cached else "ok"
             if result.damaged_pages:
                 status += f" (damaged: pages {page_ranges(result.damaged_pages)} left out)"
-            rows.append((pdf.name, result.pages, result.chunks, result.ocr_pages, f"{result.seconds:.1f}", status))
+            rows.append((display_name(pdf), result.pages, result.chunks, result.ocr_pages, f"{result.seconds:.1f}", status))
         except KeyboardInterrupt:
             sys.stderr.write("\nStopped. Searchable documents stay searchable; enrichment resumes next time.\n")
             return 130
         except (IngestError, models.ModelUnavailableError) as err:
             failures += 1
-            rows.append((pdf.name, "-", "-", "-", "-", f"FAILED: {err}"))
+            rows.append((display_name(pdf), "-", "-", "-", "-", f"FAILED: {err}"))
         sys.stderr.write("\n")
     header = ("file", "pages", "chunks", "ocr pages", "seconds", "status")
     widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(5)]

@@ -297,3 +297,46 @@ def test_a_file_whose_page_tree_is_lost_is_damaged_not_empty(tmp_path):
     lost.write_bytes(b"%PDF-1.4\n1 0 obj<</Type/Catalog/Pages 2 0 R>>endobj\ntrailer<</Root 1 0 R>>\n%%EOF\n")
     with pytest.raises(ingest.CorruptPDFError, match="lost.pdf is damaged"):
         extract.open_pdf(lost)
+
+
+# -----------------------------------------------------------------------------
+# 6. Plain messages, no tracebacks
+
+
+def test_folder_ingest_goes_past_bad_entries_reads_a_non_utf8_name_and_prints_its_summary(tmp_path, three_page_pdf):
+    library = tmp_path / "library"
+    (library / "chapter.pdf").mkdir(parents=True)  # a folder called *.pdf: searched, not ingested
+    (library / "gone.pdf").symlink_to(tmp_path / "deleted.pdf")
+    (library / os.fsdecode(b"zz-caf\xe9.pdf")).write_bytes(three_page_pdf.read_bytes())  # a Latin-1 name, listed last
+    proc = run_cli("ingest.py", str(library), str(tmp_path / "missing.pdf"), "--no-enrich", store=tmp_path / "store")
+    assert "Traceback" not in proc.stderr
+    assert proc.returncode == 1  # two paths failed
+    assert "gone.pdf is a link to a file that does not exist" in proc.stdout
+    assert f"There is no file {tmp_path / 'missing.pdf'}" in proc.stdout
+    assert re.search(r"zz-caf\ufffd\.pdf\s+3\s+3\s+0\s+[\d.]+\s+ok", proc.stdout)  # ingested after the bad ones
+
+
+def test_qa_with_a_missing_pdf_says_so(tmp_path):
+    proc = run_cli("qa.py", "What is it?", "--pdf", str(tmp_path / "missing.pdf"), store=tmp_path / "store")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert f"There is no file {tmp_path / 'missing.pdf'}" in proc.stderr
+
+
+@pytest.mark.parametrize("setting, value", [("MAX_FILE_MB", "abc"), ("CHUNK_OVERLAP", "1.5"), ("ENRICH_ENABLED", "maybe")])
+def test_an_invalid_setting_names_itself_instead_of_a_traceback(tmp_path, setting, value):
+    proc = run_cli("ingest.py", str(tmp_path), store=tmp_path / "store", **{setting: value})
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith(f"Setting {setting}='{value}' is not")
+
+
+def test_the_app_shows_an_invalid_setting_on_the_page(tmp_path):
+    script = "from streamlit.testing.v1 import AppTest; app = AppTest.from_file({app!r}).run(); print(app.error[0].value)"
+    proc = subprocess.run([sys.executable, "-c", script.format(app=str(REPO / "app.py"))], capture_output=True, text=True,
+                          env={**os.environ, "MAX_FILE_MB": "abc", "LOG_FILE": str(tmp_path / "log")}, timeout=300)
+    assert "Setting MAX_FILE_MB='abc' is not a whole number" in proc.stdout
+
+
+def run_cli(script: str, *args: str, store: Path, **settings: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "CHROMA_PERSIST_DIR": str(store), "LOG_FILE": str(store.parent / "cli.log"),
+           "EMBED_BACKEND": "embedded", "LLM_BACKEND": "embedded", "EMBEDDED_LLM": "qwen2.5-coder-0.5b", **settings}
+    return subprocess.run([sys.executable, script, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
