@@ -23,7 +23,7 @@ import extract
 import ingest
 import qa
 import safe_text
-from conftest import image_only_page, shown, write_text_pdf
+from conftest import free_port, image_only_page, shown, write_text_pdf
 from retriever import Retriever
 
 REPO = Path(__file__).resolve().parents[1]
@@ -340,3 +340,43 @@ def run_cli(script: str, *args: str, store: Path, **settings: str) -> subprocess
     env = {**os.environ, "CHROMA_PERSIST_DIR": str(store), "LOG_FILE": str(store.parent / "cli.log"),
            "EMBED_BACKEND": "embedded", "LLM_BACKEND": "embedded", "EMBEDDED_LLM": "qwen2.5-coder-0.5b", **settings}
     return subprocess.run([sys.executable, script, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_a_server_lost_mid_ingest_leaves_no_local_copy_says_what_stays_and_is_rebuilt_later(tmp_path, embedder, monkeypatch):
+    from test_chroma_server import chroma_executable, point_config_at_server, wait_for_heartbeat
+
+    port, data, log_path = free_port(), tmp_path / "data", tmp_path / "server.log"
+    command = [chroma_executable(), "run", "--path", str(data), "--host", "127.0.0.1", "--port", str(port)]
+
+    def start_server() -> subprocess.Popen:
+        with open(log_path, "a") as log_file:
+            proc = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT)
+        wait_for_heartbeat(proc, port, log_path)
+        return proc
+
+    point_config_at_server(monkeypatch, port, tmp_path)
+    server = start_server()
+    try:
+        client = ingest.get_client()
+        pdf = write_text_pdf(tmp_path / "ledger.pdf", [f"Ledger page {n}." for n in range(1, 7)])
+        monkeypatch.setattr(config, "PAGE_BATCH_SIZE", 2)
+
+        def lose_the_server(current: int, total: int, message: str) -> None:
+            if message.startswith("Indexed") and server.poll() is None:
+                server.kill()
+                server.wait()
+
+        with pytest.raises(ingest.StoreUnavailableError) as err:
+            ingest.ingest_pdf(pdf, client, embedder, progress=lose_the_server)
+        name = ingest.collection_name_for(ingest.file_sha256(pdf))
+        assert f"unfinished collection {name} could not be removed from the server" in str(err.value)
+        assert not ingest.kept_pdf_path(name).exists()  # what could be cleaned here was
+
+        server = start_server()  # back again: the leftover is ignored, then rebuilt
+        client = ingest.get_client()
+        assert ingest.list_documents(client) == [] and ingest.list_documents(client, include_incomplete=True)
+        result = ingest.ingest_pdf(pdf, client, embedder)
+        assert not result.cached and ingest.is_complete(ingest.open_collection(client, name, embedder))
+    finally:
+        server.kill()
+        server.wait()
