@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+import uuid
 from pathlib import Path
 
 import streamlit as st
@@ -85,8 +86,8 @@ def ingest_upload(upload) -> None:
                     doc_name=upload.name,
                 )
             except ingest.IngestError as err:
-                status.update(label=f"{name}: not added", state="error")
-                st.error(md(err))
+                status.update(label=f"{name}: not added", state="error", expanded=False)
+                add_notice(f"**{name}** was not added. {md(err)}")
                 return
         retriever().refresh()
         if config.ENRICH_ENABLED:
@@ -97,16 +98,30 @@ def ingest_upload(upload) -> None:
 
 
 def uploads_panel() -> None:
+    """Ingest each file once per upload: Streamlit gives every upload its own id, so the same
+    file uploaded again after a remove, or two files that share a name, are each handled."""
     uploads = st.sidebar.file_uploader(
         "Add PDFs", type=["pdf"], accept_multiple_files=True, help=f"Up to {config.MAX_FILE_MB} MB each"
     )
-    done = st.session_state.setdefault("ingested_uploads", set())
+    handled = st.session_state.setdefault("handled_uploads", set())
     for upload in uploads or []:
-        key = (upload.name, upload.size)
-        if key not in done:
+        if upload.file_id not in handled:
+            handled.add(upload.file_id)  # first: a refused file is reported once, not retried on every rerun
             with st.sidebar:
                 ingest_upload(upload)
-            done.add(key)
+
+
+def add_notice(markdown: str) -> None:
+    """A problem the person must read: shown in the sidebar until they dismiss it."""
+    st.session_state.setdefault("notices", {})[uuid.uuid4().hex] = markdown
+
+
+def notices_panel() -> None:
+    for key, text in list(st.session_state.get("notices", {}).items()):
+        st.sidebar.error(text)
+        if st.sidebar.button("Dismiss", key=f"dismiss-{key}"):
+            del st.session_state.notices[key]
+            st.rerun()
 
 
 def labels_missing(doc: dict) -> bool:
@@ -126,7 +141,10 @@ def document_card(doc: dict, labelling: ingest.EnrichmentProgress | None) -> Non
     elif not labels_missing(doc):
         name_col.caption("Page labels: done")
     if remove_col.button("", icon=":material/delete:", key=f"rm-{doc['collection']}", help="Remove from library"):
-        ingest.delete_document(store(), doc["collection"])
+        try:
+            ingest.delete_document(store(), doc["collection"])
+        except ingest.IngestError as err:  # removed but not purged, or the server went away
+            add_notice(md(err))
         retriever().refresh()
         st.rerun()
 
@@ -167,6 +185,7 @@ def sidebar() -> tuple[list[str] | None, int, bool]:
     """Draw the sidebar; return the scope (None: all documents), top-k and whether to show traces."""
     st.sidebar.header("Your documents")
     uploads_panel()
+    notices_panel()
     busy = any(p.state in ("queued", "labelling") for p in labelling_progress().values())
     with st.sidebar:
         st.fragment(library_panel, run_every=3 if busy else None)()

@@ -42,6 +42,9 @@ INPUT_DATA_DIR = _env("INPUT_DATA_DIR", str(BASE_DIR / "input_data"))
 CHROMA_HOST = _env("CHROMA_HOST", "")
 CHROMA_PORT = _env("CHROMA_PORT", 8000)
 
+# Removing a document compacts the store folder; wait this long for other writers to pause.
+PURGE_TIMEOUT_SECONDS = _env("PURGE_TIMEOUT_SECONDS", 30.0)
+
 # -----------------------------------------------------------------------------
 # Model backends: "auto" uses Ollama when it answers and has the model, else the
 # embedded model; "ollama" or "embedded" force one.
@@ -154,6 +157,16 @@ REFUSE_PERSONAL_DATA = _env("REFUSE_PERSONAL_DATA", False)  # refuse questions w
 # Logging
 
 
+# Loggers of this app: its own modules (Streamlit runs the page script as __main__).
+_OWN_LOGGERS = {path.stem for path in BASE_DIR.glob("*.py")} | {"__main__"}
+
+
+def _own_or_warning(record: logging.LogRecord) -> bool:
+    """Keep every record of the app's own modules, and only warnings and errors of libraries
+    (Streamlit's file watcher, httpx, chromadb... would otherwise fill the log)."""
+    return record.name.split(".")[0] in _OWN_LOGGERS or record.levelno >= logging.WARNING
+
+
 def setup_logging(level: int = logging.INFO) -> None:
     """Log DEBUG and up to LOG_FILE and ``level`` and up to the console, once."""
     root = logging.getLogger()
@@ -163,12 +176,10 @@ def setup_logging(level: int = logging.INFO) -> None:
     fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     file_handler = logging.FileHandler(LOG_FILE, encoding="utf-8")
     file_handler.setLevel(logging.DEBUG)
-    file_handler.setFormatter(fmt)
     console = logging.StreamHandler()
     console.setLevel(level)
-    console.setFormatter(fmt)
-    root.addHandler(file_handler)
-    root.addHandler(console)
-    for noisy in ("httpx", "httpcore", "chromadb", "urllib3", "RapidOCR"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    for handler in (file_handler, console):
+        handler.setFormatter(fmt)
+        handler.addFilter(_own_or_warning)
+        root.addHandler(handler)
     root._pdf_rag_configured = True

@@ -42,10 +42,12 @@ import json
 import logging
 import re
 import shutil
+import sqlite3
 import sys
 import threading
 import time
-from contextlib import contextmanager
+import uuid
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
@@ -95,6 +97,10 @@ class EmbedderMismatchError(IngestError):
 
 class StoreUnavailableError(IngestError):
     """The ChromaDB server named by CHROMA_HOST / CHROMA_PORT does not answer."""
+
+
+class StorePurgeError(IngestError):
+    """A document was removed but the store folder could not be purged of its bytes."""
 
 
 # -----------------------------------------------------------------------------
@@ -201,11 +207,61 @@ def _keep_pdf(path: Path, collection_name: str) -> None:
     partial.replace(target)
 
 
+def _store_folder(client: chromadb.ClientAPI) -> Path | None:
+    """The folder of an on-disk store; None for a ChromaDB server (its files are the server's)."""
+    settings = client.get_settings()
+    return Path(settings.persist_directory) if settings.is_persistent else None
+
+
+def purge_deleted(folder: Path) -> list[str]:
+    """Make what was deleted from the store folder unreadable; returns the segment folders removed.
+
+    ChromaDB deletes a collection's rows but leaves their bytes in SQLite's free pages, its
+    words in the full-text index's older segments, and its vector index folder on disk. So:
+    merge the full-text index (FTS5 'optimize' drops deleted entries), VACUUM (rewrites the
+    file without free pages; the same as `chroma vacuum`, whose log purge ChromaDB already
+    does on delete), and remove every segment folder that no segment of the store names.
+    """
+    database = folder / "chroma.sqlite3"
+    try:
+        with closing(sqlite3.connect(database, timeout=config.PURGE_TIMEOUT_SECONDS)) as db:
+            db.execute("INSERT INTO embedding_fulltext_search(embedding_fulltext_search) VALUES('optimize')")
+            db.commit()
+            db.execute("VACUUM")
+            segments = {row[0] for row in db.execute("SELECT id FROM segments")}
+    except sqlite3.Error as err:
+        raise StorePurgeError(
+            f"The store at {folder} could not be compacted ({err}), so deleted text may stay in its "
+            "free space until the next removal succeeds. Close other programs using the store and remove again."
+        ) from err
+    removed = []
+    for entry in folder.iterdir():
+        if entry.is_dir() and _is_uuid(entry.name) and entry.name not in segments:
+            shutil.rmtree(entry)
+            removed.append(entry.name)
+    log.info("Compacted %s; removed segment folders %s", database, removed)
+    return removed
+
+
+def _is_uuid(name: str) -> bool:
+    try:
+        uuid.UUID(name)
+        return True
+    except ValueError:
+        return False
+
+
 def delete_document(client: chromadb.ClientAPI, collection_name: str) -> None:
-    """Remove a document: its collection (chunks, vectors, labels) and the kept PDF copy."""
-    client.delete_collection(collection_name)
+    """Remove a document so that none of it can be read back: its collection (chunks,
+    vectors, labels) and the kept PDF copy; a store folder is then purged (``purge_deleted``).
+    A ChromaDB server deletes the collection; its files are the server's to compact."""
+    with _server_errors():
+        client.delete_collection(collection_name)
     kept_pdf_path(collection_name).unlink(missing_ok=True)
     log.info("Deleted %s", collection_name)
+    folder = _store_folder(client)
+    if folder is not None:
+        purge_deleted(folder)
 
 
 def open_collection(client: chromadb.ClientAPI, collection_name: str, embedder: Embeddings):
@@ -324,7 +380,7 @@ def ingest_pdf(
                 log.warning("%s was embedded with %s; re-embedding", name, existing.metadata.get("embedder"))
             if existing is not None:
                 log.warning("Removing unfinished or outdated collection %s before rebuilding", name)
-                client.delete_collection(name)
+                delete_document(client, name)
             _keep_pdf(path, name)  # before the build, so a complete collection always has its PDF
             return _build_collection(doc, client, embedder, name, sha256, doc_name, progress, t0)
     finally:
