@@ -171,6 +171,15 @@ SUPPORT_MIN_WORDS = _env("SUPPORT_MIN_WORDS", 3)  # shorter sentences ("Yes.") a
 REFUSE_PERSONAL_DATA = _env("REFUSE_PERSONAL_DATA", False)  # refuse questions with SSNs, cards, e-mails, phones
 
 # -----------------------------------------------------------------------------
+# HTTP API (api.py)
+API_HOST = _env("API_HOST", "127.0.0.1")  # `python api.py` binds here; 0.0.0.0 only together with API_TOKEN
+API_PORT = _env("API_PORT", 8765)
+API_TOKEN = _env("API_TOKEN", "")  # set: every request needs "Authorization: Bearer <token>"; empty: local Host only
+API_MODEL_ID = _env("API_MODEL_ID", "pdf-library")  # the model name /v1/models shows to OpenAI-style clients
+API_MAX_K = _env("API_MAX_K", 20)  # the largest k a client may ask for
+API_MAX_FILES = _env("API_MAX_FILES", 100)  # PDFs per upload request
+
+# -----------------------------------------------------------------------------
 # Logging
 
 
