@@ -148,6 +148,12 @@ REFUSAL_MIN_SIMILARITY = _env("REFUSAL_MIN_SIMILARITY", 0.15)  # below: "not fou
 SUPPORT_MIN_OVERLAP = _env("SUPPORT_MIN_OVERLAP", 0.8)  # share of a sentence's words found in its passage
 SUPPORT_MIN_SIMILARITY = _env("SUPPORT_MIN_SIMILARITY", 0.85)  # or: cosine of sentence and passage
 SUPPORT_MIN_WORDS = _env("SUPPORT_MIN_WORDS", 3)  # shorter sentences ("Yes.") are not judged
+# What of the top pages the model reads (context.py): their best sentences and table rows,
+# within this many characters (what TOP_K best chunks of CHUNK_SIZE filled before).
+CONTEXT_CHARS = _env("CONTEXT_CHARS", 4000)
+CONTEXT_WINDOW_CHARS = _env("CONTEXT_WINDOW_CHARS", 400)  # text around each well-scoring sentence
+CONTEXT_WHOLE_PAGE_CHARS = _env("CONTEXT_WHOLE_PAGE_CHARS", 900)  # a page this short is read whole
+CONTEXT_BEST_CHUNK_BONUS = _env("CONTEXT_BEST_CHUNK_BONUS", 0.5)  # x the rarest question word, inside the retriever's chunk
 REFUSE_PERSONAL_DATA = _env("REFUSE_PERSONAL_DATA", False)  # refuse questions with SSNs, cards, e-mails, phones
 
 # -----------------------------------------------------------------------------

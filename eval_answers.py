@@ -27,10 +27,12 @@ import random
 import re
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import checker
 import config
+import context
 import eval_retrieval
 import ingest
 import models
@@ -71,6 +73,17 @@ def is_correct(question: dict, answer_text: str, refused: bool) -> bool:
     return not refused and all(item_found(item, said) for item in gold_items(question["answer"]))
 
 
+def answer_in_context(question: dict, passages: list[str]) -> bool:
+    """Is the gold answer (every item, matched as ``is_correct`` matches it) in the text given to the model?"""
+    said = normalise("\n".join(passages))
+    return bool(question["pages"]) and all(item_found(item, said) for item in gold_items(question["answer"]))
+
+
+def is_text_or_table(category: str) -> bool:
+    """The evidence kinds a text-only model can answer from: prose, layout text and tables (not charts, figures)."""
+    return category.startswith(("Pure-text", "Generalized-text", "Table"))
+
+
 def sample(questions: list[dict], answerable: int, unanswerable: int, seed: int = 7) -> list[dict]:
     rng = random.Random(seed)
     yes = [q for q in questions if q["pages"]]
@@ -78,14 +91,31 @@ def sample(questions: list[dict], answerable: int, unanswerable: int, seed: int 
     return rng.sample(yes, min(answerable, len(yes))) + rng.sample(no, min(unanswerable, len(no)))
 
 
+def dev_questions(questions: list[dict], answerable: int, unanswerable: int) -> list[dict]:
+    """The questions the evaluation sample leaves out: rules are designed on these, the sample stays held out."""
+    held_out = {q["question"] for q in sample(questions, answerable, unanswerable)}
+    return [q for q in questions if q["question"] not in held_out]
+
+
+def share(flags: list[bool]) -> str:
+    """share([True, False, True]) -> "2/3 (0.67)" """
+    return f"{sum(flags)}/{len(flags)} ({sum(flags) / len(flags):.2f})" if flags else "0/0"
+
+
 def summarise(rows: list[dict]) -> dict:
     answerable = [r for r in rows if r["answerable"]]
     unanswerable = [r for r in rows if not r["answerable"]]
+    text_table = [r for r in answerable if is_text_or_table(r.get("category", ""))]
     shown = [c for r in rows for c in r["citations"]]
     return {
         "n": len(rows),
         "correct_answerable": f"{sum(r['correct'] for r in answerable)}/{len(answerable)}",
         "honest_refusals": f"{sum(r['correct'] for r in unanswerable)}/{len(unanswerable)}",
+        "refused_answerable": share([r["refused"] for r in answerable]),
+        "page_hit@k": share([r["page_hit"] for r in answerable if "page_hit" in r]),
+        "answer_in_context": share([r["answer_in_context"] for r in answerable if "answer_in_context" in r]),
+        "text_table_answer_in_context": share([r["answer_in_context"] for r in text_table if "answer_in_context" in r]),
+        "text_table_correct": share([r["correct"] for r in text_table]),
         "citations_shown": len(shown),
         "citation_verified_share": round(sum(c["verified"] for c in shown) / len(shown), 3) if shown else None,
         "citation_gold_page_share": round(sum(c["gold_page"] for c in shown) / len(shown), 3) if shown else None,
@@ -142,17 +172,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--recheck", type=Path, help="re-check the citations of these stored rows (no LLM) ...")
     parser.add_argument("--labels", type=Path, default=LABELS, help="... against these hand judgments")
     parser.add_argument("--pairs", type=Path, help="write the re-checked (sentence, passage) pairs here, for judging")
+    parser.add_argument("--dev", action="store_true", help="use the questions the sample leaves out (for designing rules)")
+    parser.add_argument("--context-only", action="store_true",
+                        help="no LLM: page hit and answer-in-context of the best chunks vs the chosen context")
     args = parser.parse_args(argv)
     if args.recheck:
         return recheck(args.recheck, args.labels, args.pairs, args.questions)
     config.setup_logging(logging.WARNING)
     config.CHROMA_PERSIST_DIR = str(args.store)
 
-    questions = sample(eval_retrieval.load_questions(args.questions), args.answerable, args.unanswerable)
+    every = eval_retrieval.load_questions(args.questions)
+    questions = (dev_questions if args.dev else sample)(every, args.answerable, args.unanswerable)
     client, embedder = ingest.get_client(str(args.store)), models.get_embeddings()
     pdf_dir = args.pdf_dir or eval_retrieval.default_pdf_dir(args.questions)
     collections = eval_retrieval.ingest_needed(questions, pdf_dir, client, embedder)
     retriever = Retriever(client, embedder)
+    if args.context_only:
+        print(json.dumps(context_report(questions, collections, retriever), indent=1))
+        return 0
     results = {}
     with open(args.out, "a", encoding="utf-8") as out:
         for name in args.models:
@@ -166,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
                     "question": q["question"],
                     "gold": q.get("answer"),
                     "answerable": bool(q["pages"]),
+                    "category": q["category"],
+                    "page_hit": any(h.collection == col and h.page in q["pages"] for h in answer.sources),
+                    "answer_in_context": answer_in_context(q, [h.text for h in answer.sources]),
                     "answer": answer.text,
                     "refused": answer.refused,
                     "correct": is_correct(q, answer.text, answer.refused),
@@ -194,6 +234,34 @@ def main(argv: list[str] | None = None) -> int:
             print(name, json.dumps(results[name]))
             del llm
     return 0
+
+
+def context_report(questions: list[dict], collections: dict[str, str], retriever: Retriever) -> dict:
+    """Without the LLM: how often the gold answer is in what the model would read, with each
+    page's best chunk (as retrieval ranks them) and with ``context.choose_context``, and their sizes."""
+    rows = []
+    for q in (q for q in questions if q["pages"]):
+        col = collections[q["doc"]]
+        hits = retriever.search(q["question"], scope=[col])
+        t0 = time.perf_counter()
+        chosen = context.choose_context(q["question"], hits, retriever)
+        rows.append({"text_table": is_text_or_table(q["category"]),
+                     "page_hit": any(h.page in q["pages"] for h in hits),
+                     "best_chunks": answer_in_context(q, [h.text for h in hits]),
+                     "chosen": answer_in_context(q, [h.text for h in chosen]),
+                     "chars_best_chunks": sum(len(h.text) for h in hits), "chars_chosen": sum(len(h.text) for h in chosen),
+                     "choose_ms": (time.perf_counter() - t0) * 1000})
+    report = {}
+    for name, group in (("answerable", rows), ("text_table", [r for r in rows if r["text_table"]])):
+        report[name] = {
+            "page_hit@k": share([r["page_hit"] for r in group]),
+            "answer_in_context_best_chunks": share([r["best_chunks"] for r in group]),
+            "answer_in_context_chosen": share([r["chosen"] for r in group]),
+            "mean_chars_best_chunks": round(statistics.mean(r["chars_best_chunks"] for r in group)) if group else 0,
+            "mean_chars_chosen": round(statistics.mean(r["chars_chosen"] for r in group)) if group else 0,
+            "median_choose_ms": round(statistics.median(r["choose_ms"] for r in group), 1) if group else 0,
+        }
+    return report
 
 
 def load_labels(path: Path) -> dict[str, bool]:

@@ -5,6 +5,7 @@
       -> follow-up?                the LLM rewrites it into a standalone search query
       -> retriever.search()        top-k pages, each as its best passage
       -> nothing relevant?         fixed "not found" reply and the nearest passages, no LLM call
+      -> context.choose_context()  what of those pages the model reads: their best sentences and rows
       -> number the passages [1]..[k] and fit them in the model's context (lowest-ranked dropped first)
       -> stream the LLM's answer   (an AnswerStream: iterate it for tokens, read .result after)
       -> verify                    parse [n] markers -> (doc, page); check each sentence against the
@@ -32,6 +33,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 import config
+import context
 import ingest
 import models
 import prompts
@@ -227,7 +229,8 @@ def ask(
         log.info("Refused without the LLM: best similarity %.3f < %.3f", best, config.REFUSAL_MIN_SIMILARITY)
         answer.refused, answer.sources = True, hits
         return _fixed(answer, prompts.NOT_FOUND)
-    sources = fit_sources(question, hits, history, lambda text: models.count_tokens(llm, text), config.LLM_N_CTX, config.LLM_MAX_TOKENS)
+    passages = context.choose_context(query, hits, retriever)
+    sources = fit_sources(question, passages, history, lambda text: models.count_tokens(llm, text), config.LLM_N_CTX, config.LLM_MAX_TOKENS)
     answer.sources = sources
     messages = build_messages(question, sources, history)
 
