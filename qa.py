@@ -37,6 +37,7 @@ import context
 import ingest
 import models
 import prompts
+import checker
 from checker import CheckedSentence, Citation, strip_markers, verify_answer
 from retriever import Hit, Retriever
 
@@ -99,7 +100,26 @@ def rewrite_query(llm: BaseChatModel, question: str, history: list[tuple[str, st
         raise models.ModelUnavailableError(models.explain_failure(err)) from err
     query = reply[0].strip().strip('"') if reply else ""
     log.info("Rewrote follow-up %r as %r", question, query)
-    return query or question
+    return checked_rewrite(query, question, history)
+
+
+def checked_rewrite(query: str, question: str, history: list[tuple[str, str]]) -> str:
+    """``query`` if it adds no month or name that is in neither the conversation nor the question, and
+    no number the user did not write (a number from an earlier answer in a query states that answer);
+    else the previous question plus this one. A rewrite that states facts is an answer, not a search.
+
+    checked_rewrite("lighthouse keeper winters 41", "And how many winters?", [("user", "Who kept the lighthouse?")])
+      -> "Who kept the lighthouse? And how many winters?"
+    """
+    user_said = "\n".join([question] + [text for role, text in history if role == "user"])
+    said = question + "\n" + "\n".join(text for _, text in history)
+    invented = (checker.missing_specifics(query, said) | (checker.numbers_in(query) - checker.numbers_in(user_said))
+                if query else {"(empty)"})
+    if not invented:
+        return query
+    previous = next((text for role, text in reversed(history) if role == "user"), "")
+    log.warning("Rewrite %r adds %s; searching the previous and this question instead", query, sorted(invented))
+    return f"{previous} {question}".strip()
 
 
 # -----------------------------------------------------------------------------

@@ -123,6 +123,23 @@ def test_a_follow_up_is_rewritten_with_the_conversation(facts, llm):
     assert any(word in rewritten for word in ("lighthouse", "tolland", "elwin", "keeper", "lamp"))
 
 
+def test_a_follow_up_rewrite_that_adds_a_number_is_rejected():
+    history = [("user", "What were SG&A expenses as a percentage of net sales?"),
+               ("assistant", "SG&A expenses were 23.5% of net sales [1].")]
+    question = "And what was that percentage in the fourth quarter alone?"
+    fallback = "What were SG&A expenses as a percentage of net sales? " + question
+    stated = "SG&A expenses as a percentage of net sales in the fourth quarter was 23.5% compared to 23.9%"
+    assert qa.checked_rewrite(stated, question, history) == fallback
+    assert qa.checked_rewrite("SG&A expenses in the fourth quarter was 23.5%", question, history) == fallback
+    assert qa.checked_rewrite("SG&A expenses as a percentage of net sales in the fourth quarter", question, history) == (
+        "SG&A expenses as a percentage of net sales in the fourth quarter")
+    lighthouse = [("user", "Who was the keeper?"), ("assistant", "Margaret Tolland was the keeper [1].")]
+    assert qa.checked_rewrite("How many winters did Margaret Tolland keep the lamp?", "And for how long?", lighthouse) == (
+        "How many winters did Margaret Tolland keep the lamp?")  # a name from the answer resolves "it"
+    assert qa.checked_rewrite("How long did John Smith keep the lamp?", "And for how long?", lighthouse) == (
+        "Who was the keeper? And for how long?")  # a name from nowhere
+
+
 def test_an_over_long_context_drops_whole_sources_from_the_bottom(facts, llm):
     retriever, _ = facts
     hits = retriever.search("lighthouse fish railway", k=3)
