@@ -41,6 +41,7 @@ from retriever import Hit, Retriever
 
 BENCH = config.BASE_DIR.parent / "shared" / "bench" / "mmlongbench" / "questions.jsonl"
 LABELS = config.BASE_DIR / "input_data" / "citation_judgments.jsonl"
+EVAL_SAMPLE = (40, 20)  # answerable, unanswerable: the default sample, held out from designing rules
 
 
 def normalise(text: str) -> str:
@@ -91,9 +92,9 @@ def sample(questions: list[dict], answerable: int, unanswerable: int, seed: int 
     return rng.sample(yes, min(answerable, len(yes))) + rng.sample(no, min(unanswerable, len(no)))
 
 
-def dev_questions(questions: list[dict], answerable: int, unanswerable: int) -> list[dict]:
-    """The questions the evaluation sample leaves out: rules are designed on these, the sample stays held out."""
-    held_out = {q["question"] for q in sample(questions, answerable, unanswerable)}
+def dev_questions(questions: list[dict]) -> list[dict]:
+    """The questions the default evaluation sample leaves out: rules are designed on these, the sample stays held out."""
+    held_out = {q["question"] for q in sample(questions, *EVAL_SAMPLE)}
     return [q for q in questions if q["question"] not in held_out]
 
 
@@ -164,15 +165,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Answer-level evaluation per embedded model.")
     parser.add_argument("--questions", type=Path, default=BENCH)
     parser.add_argument("--pdf-dir", type=Path)
-    parser.add_argument("--answerable", type=int, default=40)
-    parser.add_argument("--unanswerable", type=int, default=20)
+    parser.add_argument("--answerable", type=int, default=EVAL_SAMPLE[0])
+    parser.add_argument("--unanswerable", type=int, default=EVAL_SAMPLE[1])
     parser.add_argument("--models", nargs="+", default=["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
     parser.add_argument("--store", type=Path, default=eval_retrieval.DEFAULT_STORE)
     parser.add_argument("--out", type=Path, default=Path("eval_answers.jsonl"))
     parser.add_argument("--recheck", type=Path, help="re-check the citations of these stored rows (no LLM) ...")
     parser.add_argument("--labels", type=Path, default=LABELS, help="... against these hand judgments")
     parser.add_argument("--pairs", type=Path, help="write the re-checked (sentence, passage) pairs here, for judging")
-    parser.add_argument("--dev", action="store_true", help="use the questions the sample leaves out (for designing rules)")
+    parser.add_argument("--dev", action="store_true",
+                        help="sample from the questions the default sample leaves out (for designing rules)")
+    parser.add_argument("--docs", nargs="+", help="with --dev: only questions about these PDFs")
+    parser.add_argument("--seed", type=int, default=7, help="with --dev: the sample's seed")
     parser.add_argument("--context-only", action="store_true",
                         help="no LLM: page hit and answer-in-context of the best chunks vs the chosen context")
     args = parser.parse_args(argv)
@@ -182,7 +186,11 @@ def main(argv: list[str] | None = None) -> int:
     config.CHROMA_PERSIST_DIR = str(args.store)
 
     every = eval_retrieval.load_questions(args.questions)
-    questions = (dev_questions if args.dev else sample)(every, args.answerable, args.unanswerable)
+    if args.dev:  # a seeded sample of the questions the evaluation sample leaves out
+        dev = [q for q in dev_questions(every) if not args.docs or q["doc"] in args.docs]
+        questions = sample(dev, args.answerable, args.unanswerable, args.seed)
+    else:
+        questions = sample(every, args.answerable, args.unanswerable)
     client, embedder = ingest.get_client(str(args.store)), models.get_embeddings()
     pdf_dir = args.pdf_dir or eval_retrieval.default_pdf_dir(args.questions)
     collections = eval_retrieval.ingest_needed(questions, pdf_dir, client, embedder)

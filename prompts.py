@@ -53,6 +53,8 @@ ANSWER_SHAPES = {
     "list": "Answer as a short bulleted list, one cited item per line.",
     "compare": "Compare point by point, citing each side's source.",
     "summary": "Summarise in a few sentences, citing each one.",
+    "yes_no": "Start with Yes or No, then say why in one sentence.",
+    "number": "Give the number with its unit and the period or group it refers to, as the source states them.",
     "plain": "Answer in one to three sentences.",
 }
 

@@ -75,6 +75,10 @@ def answer_shape(question: str) -> str:
         return "summary"
     if re.search(r"^\s*(list|name|enumerate)\b|\bwhat are the\b|\bwhich are the\b", q):
         return "list"
+    if re.search(r"^\s*(is|are|was|were|does|do|did|can|could|has|have|had|will|would|should)\b", q):
+        return "yes_no"
+    if re.search(r"\b(how (many|much|long|old|often|far)|what (percentage|percent|share|proportion|number|amount|ratio))\b|%", q):
+        return "number"
     return "plain"
 
 

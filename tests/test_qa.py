@@ -47,6 +47,9 @@ def test_question_intent_and_answer_shape_rules():
     assert qa.answer_shape("List the bankers of the company") == "list"
     assert qa.answer_shape("Summarise chapter 3") == "summary"
     assert qa.answer_shape("When did the railway arrive?") == "plain"
+    assert qa.answer_shape("Is the door code 4711?") == "yes_no"
+    assert qa.answer_shape("What percentage of seniors go online?") == "number"
+    assert qa.answer_shape("How many tonnes of fish were landed?") == "number"
     history = [("user", "Who kept the lighthouse?")]
     assert qa.needs_rewrite("And in 1911?", history) and not qa.needs_rewrite("And in 1911?", [])
     assert not qa.needs_rewrite("When did the railway reach the town of Port Elwin?", history)
@@ -203,6 +206,43 @@ def test_restating_the_question_with_some_number_from_the_page_is_not_verified(e
     question = "How many steps are there for data exchange via USB?"
     [checked] = checker.verify_answer("There are 56 steps for data exchange via USB.", sources, embedder, question)
     assert checked.supported is False and not checked.citations
+
+
+INCOME_TABLE = ("Consolidated statement of income (in millions)\n| | 2023 | 2022 |\n| Net sales | 3,226.8 | 2,729.4 |\n"
+                "| Operating income | 412.0 | 318.0 |\n| Net income | 296.0 | 223.0 |")
+
+
+def test_a_figure_from_another_row_or_year_of_the_cited_table_is_not_supported(embedder):
+    sources = [_hit(INCOME_TABLE, 4)]
+    right, other_row, other_year = checker.verify_answer(
+        "Net income was $296.0 million in 2023 [1]. Net income was $412.0 million in 2023 [1]. "
+        "Net income was $223.0 million in 2023 [1].", sources, embedder, "What was net income?")
+    assert right.supported and right.citations[0].verified
+    assert other_row.supported is False and other_year.supported is False
+    assert checker.misplaced_figures("Net income was 412", "| | 2023 |\n| Operating income | 412 |\n| Net income | 296 |") == {"412"}
+    assert checker.table_units(["| | 2023 | 2022 |", "| Net sales | 3,226.8 | 2,729.4 |"]) == [
+        "Net sales 2023 3,226.8", "Net sales 2022 2,729.4"]
+
+
+def test_a_figure_in_another_sentence_of_the_cited_page_is_not_supported(embedder):
+    sources = [_hit("Wages were 11.4% of net sales. Rent was 6.2% of net sales.", 3)]
+    [checked] = checker.verify_answer("Wages were 6.2% of net sales [1].", sources, embedder, "What share of net sales were wages?")
+    assert checked.supported is False
+
+
+def test_the_questions_subject_need_not_be_repeated_by_the_passage(embedder):
+    """The filing says "fiscal 2022" where the user said FY2023, and never names the company in the passage."""
+    sources = [_hit("Merchandise inventories, net were $1,742.2 million at the end of fiscal 2022, "
+                    "compared to $1,499.1 million at the end of fiscal 2021.", 7)]
+    question = "What were Ulta Beauty's inventories in FY2023?"
+    [checked] = checker.verify_answer("Ulta Beauty's inventories in FY2023 were $1,742.2 million [1].", sources, embedder, question)
+    assert checked.supported and checked.citations[0].verified
+
+
+def test_the_word_for_word_answer_from_a_short_page_is_verified(embedder):
+    sources = [_hit("Staff notice. The staff door code is 4711. Please keep it private.", 1)]
+    [checked] = checker.verify_answer("The staff door code is 4711 [1].", sources, embedder, "What is the staff door code?")
+    assert checked.supported and checked.citations[0].verified
 
 
 def test_a_wrong_marker_stays_flagged_and_the_page_that_backs_the_sentence_is_inferred(embedder):
