@@ -27,7 +27,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
@@ -238,10 +238,16 @@ def ask(
     history: list[tuple[str, str]] | None = None,
     scope: list[str] | None = None,
     k: int | None = None,
+    on_stage: Callable[[str], None] | None = None,
 ) -> AnswerStream:
-    """Answer ``question`` from the documents in ``scope`` (all when None); see the module docstring."""
+    """Answer ``question`` from the documents in ``scope`` (all when None); see the module docstring.
+
+    ``on_stage`` hears what is going on while the person waits: "Searching your documents…",
+    "Reading 5 passages…", "Writing…", "Checking the citations…".
+    """
     t0 = time.perf_counter()
     history = history or []
+    stage = on_stage or (lambda text: None)
     answer = Answer(question)
     if is_greeting(question):
         return _fixed(answer, prompts.GREETING_REPLY)
@@ -252,6 +258,7 @@ def ask(
     query = question
     if needs_rewrite(question, history):
         query = answer.rewritten_query = rewrite_query(llm, question, history)
+    stage("Searching your documents…")
     hits = retriever.search(query, k=k, scope=scope)
     best = max((h.trace.get("semantic_score", 0.0) for h in hits), default=0.0)
     if not hits or best < config.REFUSAL_MIN_SIMILARITY:
@@ -262,6 +269,7 @@ def ask(
     sources = fit_sources(question, passages, history, lambda text: models.count_tokens(llm, text), config.LLM_N_CTX, config.LLM_MAX_TOKENS)
     answer.sources = sources
     messages = build_messages(question, sources, history)
+    stage(f"Reading {len(sources)} passage{'s' if len(sources) != 1 else ''}…")
 
     def pieces() -> Iterator[str]:
         try:
@@ -269,11 +277,13 @@ def ask(
                 if answer.first_token_seconds is None:
                     answer.first_token_seconds = time.perf_counter() - t0
                     log.info("First token after %.2fs", answer.first_token_seconds)
+                    stage("Writing…")
                 yield chunk.content
         except Exception as err:  # any transport or server failure mid-answer
             raise models.ModelUnavailableError(models.explain_failure(err)) from err
 
     def finish(text: str) -> Answer:
+        stage("Checking the citations…")
         answer.text = text.strip()
         answer.sentences = verify_answer(answer.text, sources, retriever.embedder, question)
         judged = [s for s in answer.sentences if s.supported is not None]

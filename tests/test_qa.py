@@ -80,9 +80,32 @@ def test_answer_cites_the_page_that_holds_the_fact(facts, default_llm):
 
 def test_streaming_yields_text_then_the_checked_result(facts, llm):
     retriever, _ = facts
-    stream = qa.ask("Who kept the lighthouse lamp?", retriever, llm=llm)
+    stages = []
+    stream = qa.ask("Who kept the lighthouse lamp?", retriever, llm=llm, on_stage=stages.append)
+    assert stages == ["Searching your documents…", "Reading 3 passages…"]  # said before the model starts
     pieces = list(stream)
     assert len(pieces) >= 2 and stream.result.text == "".join(pieces).strip()
+    assert stages[2:] == ["Writing…", "Checking the citations…"]
+
+
+def test_the_door_code_page_ends_with_a_verified_citation(store, embedder, llm, tmp_path):
+    pdf = write_text_pdf(tmp_path / "notice.pdf", ["Staff notice. The staff door code is 4711. Please keep it private.",
+                                                   "Canteen opening hours are 8:00 to 15:00 on weekdays."])
+    ingest.ingest_pdf(pdf, store, embedder)
+    answer = qa.answer_question("What is the staff door code?", Retriever(store, embedder), llm=llm)
+    assert "4711" in answer.text
+    assert [(c.page, c.verified) for c in answer.citations if c.page == 1] == [(1, True)], answer.to_json()
+
+
+def test_a_fact_in_a_table_row_ends_with_a_verified_citation(store, embedder, llm, tmp_path):
+    pdf = write_text_pdf(tmp_path / "results.pdf", [
+        "Fourth quarter results. Sales grew in every region.\n" + INCOME_TABLE,
+        "Outlook. The company expects to open twelve new stores next year.",
+    ])
+    ingest.ingest_pdf(pdf, store, embedder)
+    answer = qa.answer_question("What was operating income in 2023?", Retriever(store, embedder), llm=llm)
+    assert "412" in answer.text
+    assert any(c.page == 1 and c.verified for c in answer.citations), answer.to_json()
 
 
 def test_a_question_with_nothing_relevant_is_refused_without_calling_the_llm(facts):
