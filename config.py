@@ -154,6 +154,9 @@ CONTEXT_CHARS = _env("CONTEXT_CHARS", 4000)
 CONTEXT_WINDOW_CHARS = _env("CONTEXT_WINDOW_CHARS", 400)  # text around each well-scoring sentence
 CONTEXT_WHOLE_PAGE_CHARS = _env("CONTEXT_WHOLE_PAGE_CHARS", 900)  # a page this short is read whole
 CONTEXT_BEST_CHUNK_BONUS = _env("CONTEXT_BEST_CHUNK_BONUS", 0.5)  # x the rarest question word, inside the retriever's chunk
+# After a bare refusal, ask once more of the best passage alone when its similarity to the question is at
+# least this (0: never); a refusal with the answer in front of it is the small models' commonest failure.
+RETRY_MIN_SIMILARITY = _env("RETRY_MIN_SIMILARITY", 0.5)
 REFUSE_PERSONAL_DATA = _env("REFUSE_PERSONAL_DATA", False)  # refuse questions with SSNs, cards, e-mails, phones
 
 # -----------------------------------------------------------------------------

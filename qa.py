@@ -171,6 +171,22 @@ def fit_sources(
 # Answering
 
 
+def is_refusal(text: str) -> bool:
+    """is_refusal("The documents do not say.") -> True"""
+    return prompts.REFUSAL.lower().rstrip(".") in text.lower()
+
+
+def could_be_refusal(text: str) -> bool:
+    """Could this start of a reply still turn out to be the bare refusal? could_be_refusal("The doc") -> True"""
+    said, refusal = " ".join(text.lower().split()), prompts.REFUSAL.lower()
+    return refusal.startswith(said) or said.startswith(refusal.rstrip("."))
+
+
+def retry_on_refusal(sources: list[Hit]) -> bool:
+    """Ask again, of the best passage alone, after a refusal when that passage is a close match to the question."""
+    return config.RETRY_MIN_SIMILARITY > 0 and bool(sources) and sources[0].trace.get("semantic_score", 0.0) >= config.RETRY_MIN_SIMILARITY
+
+
 @dataclass
 class Answer:
     question: str
@@ -268,12 +284,11 @@ def ask(
     passages = context.choose_context(query, hits, retriever)
     sources = fit_sources(question, passages, history, lambda text: models.count_tokens(llm, text), config.LLM_N_CTX, config.LLM_MAX_TOKENS)
     answer.sources = sources
-    messages = build_messages(question, sources, history)
     stage(f"Reading {len(sources)} passage{'s' if len(sources) != 1 else ''}…")
 
-    def pieces() -> Iterator[str]:
+    def model_pieces(shown: list[Hit]) -> Iterator[str]:
         try:
-            for chunk in llm.stream(messages):
+            for chunk in llm.stream(build_messages(question, shown, history)):
                 if answer.first_token_seconds is None:
                     answer.first_token_seconds = time.perf_counter() - t0
                     log.info("First token after %.2fs", answer.first_token_seconds)
@@ -282,13 +297,30 @@ def ask(
         except Exception as err:  # any transport or server failure mid-answer
             raise models.ModelUnavailableError(models.explain_failure(err)) from err
 
+    def pieces() -> Iterator[str]:
+        """The reply as it comes; a bare refusal while the best passage is a close match is held back
+        and the question asked once more of that passage alone (small models refuse with the answer in front of them)."""
+        reply, held = model_pieces(sources), ""
+        for piece in reply:
+            held += piece
+            if not could_be_refusal(held):
+                yield held
+                yield from reply
+                return
+        if is_refusal(held) and retry_on_refusal(sources):
+            log.info("Refusal with a close passage (similarity %.3f): asking again with it alone", sources[0].trace["semantic_score"])
+            answer.sources = sources[:1]
+            yield from model_pieces(answer.sources)
+        else:
+            yield held
+
     def finish(text: str) -> Answer:
         stage("Checking the citations…")
         answer.text = text.strip()
-        answer.sentences = verify_answer(answer.text, sources, retriever.embedder, question)
+        answer.sentences = verify_answer(answer.text, answer.sources, retriever.embedder, question)
         judged = [s for s in answer.sentences if s.supported is not None]
         answer.confidence = round(sum(s.supported for s in judged) / len(judged), 2) if judged else None
-        answer.refused = "do not say" in answer.text.lower()
+        answer.refused = is_refusal(answer.text)
         answer.seconds = time.perf_counter() - t0
         log.info("Answered in %.1fs, confidence %s", answer.seconds, answer.confidence)
         return answer
