@@ -205,9 +205,17 @@ def years_in(text: str) -> set[str]:
     return set(_YEAR_IN_TEXT.findall(text))
 
 
+_NEGATION = re.compile(r"\b(?:not|no|never|without|none)\b|n['’]t\b", re.IGNORECASE)
+
+
 def _label_words(text: str) -> set[str]:
-    """The words that say what a figure is: tokens without digits. _label_words("Net sales 2023 3,226.8") -> {"net", "sales"}"""
-    return {w for w in tokenize(text) if not any(c.isdigit() for c in w)}
+    """The words that say what a figure is: tokens without digits, and "not" when the text negates
+    ("do not go online" is another group than "go online"; the stopword list drops "not").
+
+    _label_words("Net sales 2023 3,226.8") -> {"net", "sales"}; _label_words("do not go online") -> {"go", "online", "not"}
+    """
+    words = {w for w in tokenize(text) if not any(c.isdigit() for c in w)}
+    return words | {"not"} if _NEGATION.search(text) else words
 
 
 def misplaced_figures(claim: str, passage: str, question: str = "") -> set[str]:

@@ -151,7 +151,7 @@ SUPPORT_MIN_WORDS = _env("SUPPORT_MIN_WORDS", 3)  # shorter sentences ("Yes.") a
 # What of the top pages the model reads (context.py): their best sentences and table rows,
 # within this many characters (what TOP_K best chunks of CHUNK_SIZE filled before).
 CONTEXT_CHARS = _env("CONTEXT_CHARS", 4000)
-CONTEXT_WINDOW_CHARS = _env("CONTEXT_WINDOW_CHARS", 400)  # text around each well-scoring sentence
+CONTEXT_WINDOW_CHARS = _env("CONTEXT_WINDOW_CHARS", 600)  # text around each well-scoring sentence
 CONTEXT_WHOLE_PAGE_CHARS = _env("CONTEXT_WHOLE_PAGE_CHARS", 900)  # a page this short is read whole
 CONTEXT_BEST_CHUNK_BONUS = _env("CONTEXT_BEST_CHUNK_BONUS", 0.5)  # x the rarest question word, inside the retriever's chunk
 # After a bare refusal, ask once more of the best passage alone when its similarity to the question is at

@@ -147,6 +147,21 @@ def citation_pairs(rows: list[dict], embedder) -> list[dict]:
     return pairs
 
 
+def tick_recall(rows: list[dict], embedder, labels: dict[str, bool]) -> dict:
+    """Of the sentences a person judged backed by one of the passages shown, the share the checker
+    gives a ✓ on such a passage (sentences no judgment covers are left out)."""
+    backed = ticked = 0
+    for row in rows:
+        hits = rows_hits(row)
+        for sentence in checker.verify_answer(row["answer"], hits, embedder, row["question"]):
+            text = checker.strip_markers(sentence.text)
+            good = {h.page for h in hits if labels.get(pair_key({"question": row["question"], "sentence": text, "page": h.page}))}
+            if good:
+                backed += 1
+                ticked += any(c.verified and c.page in good for c in sentence.citations)
+    return {"backed_sentences": backed, "recall_verified": round(ticked / backed, 3) if backed else None}
+
+
 def pair_key(pair: dict) -> str:
     return f"{pair['question']}|{pair['sentence']}|{pair['page']}"
 
@@ -158,7 +173,8 @@ def citation_precision(pairs: list[dict], labels: dict[str, bool]) -> dict:
     share = lambda ps: round(sum(labels[pair_key(p)] for p in ps) / len(ps), 3) if ps else None  # noqa: E731
     return {"pairs": len(pairs), "judged": len(judged), "verified_judged": len(ticked),
             "precision_verified": share(ticked), "precision_all_shown": share(judged),
-            "supported_caught": f"{sum(labels[pair_key(p)] for p in ticked)}/{sum(labels[pair_key(p)] for p in judged)}"}
+            "supported_caught": f"{sum(labels[pair_key(p)] for p in ticked)}/{sum(labels[pair_key(p)] for p in judged)}",
+            "warnings_right": f"{sum(not labels[pair_key(p)] for p in judged if not p['verified'])}/{len(judged) - len(ticked)}"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -294,7 +310,8 @@ def recheck(rows_path: Path, labels_path: Path, pairs_out: Path | None, question
     and scored against hand judgments (no LLM is called)."""
     rows = [json.loads(line) for line in rows_path.read_text().splitlines() if line.strip()]
     categories = {q["question"]: q["category"] for q in eval_retrieval.load_questions(questions_path)}
-    pairs = citation_pairs(rows, models.get_embeddings())
+    embedder = models.get_embeddings()
+    pairs = citation_pairs(rows, embedder)
     if pairs_out:
         pairs_out.write_text("".join(json.dumps(p, ensure_ascii=False) + "\n" for p in pairs))
     labels = load_labels(labels_path)
@@ -305,7 +322,7 @@ def recheck(rows_path: Path, labels_path: Path, pairs_out: Path | None, question
                   "verified_share_now": round(sum(p["verified"] for p in shown) / len(shown), 3) if shown else None,
                   "verified_on_gold_page_now": round(sum(p["gold_page"] for p in shown if p["verified"])
                                                      / max(sum(p["verified"] for p in shown), 1), 3),
-                  **citation_precision(shown, labels)}
+                  **citation_precision(shown, labels), **tick_recall(mine, embedder, labels)}
         print(model, json.dumps(report, ensure_ascii=False))
     return 0
 

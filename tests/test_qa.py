@@ -54,6 +54,8 @@ def test_question_intent_and_answer_shape_rules():
     assert qa.needs_rewrite("And in 1911?", history) and not qa.needs_rewrite("And in 1911?", [])
     assert not qa.needs_rewrite("When did the railway reach the town of Port Elwin?", history)
     assert qa.personal_data_in("Call +44 20 7946 0958 please") == "a phone number"
+    assert qa.is_refusal("The documents do not say.") and not qa.is_refusal("The code is 4711 [1].")
+    assert qa.could_be_refusal("The doc") and not qa.could_be_refusal("The door code")
 
 
 def test_the_answer_judge_ignores_digit_grouping_and_tolerates_one_typo_in_long_answers():
