@@ -7,7 +7,8 @@ interaction):
              -> searchable at once; page labelling queued on the BackgroundEnricher
              library (live progress) with remove; scope; settings; model status
     main:    replay the chat -> st.chat_input -> qa.ask() streamed by st.write_stream
-             -> citation chips (st.pills); a chosen chip shows the passage and the
+             (a status line says what is happening until the first words arrive)
+             -> citation chips (st.pills) numbered like the answer's [n] markers; a chosen chip shows the passage and the
                 page rendered by preview.render_page() with the passage highlighted
              -> unsupported sentences, confidence, rewritten query, optional trace
 
@@ -212,8 +213,9 @@ def sidebar() -> tuple[list[str] | None, int, bool]:
 
 
 def chip_label(citation: checker.Citation) -> str:
+    """The chip carries the number the answer's markers use: "[2] report.pdf · p. 7 ✓"."""
     mark = "✓" if citation.verified else "⚠"
-    return f"{md(citation.doc_name)} · p. {citation.page} {mark}" + (" (inferred)" if citation.inferred else "")
+    return f"\\[{citation.number}\\] {md(citation.doc_name)} · p. {citation.page} {mark}" + (" (inferred)" if citation.inferred else "")
 
 
 def source_for(answer: qa.Answer, citation: checker.Citation) -> Hit | None:
@@ -260,10 +262,14 @@ def show_answer_details(answer: qa.Answer, key: str, show_trace: bool) -> None:
         if chosen:
             show_citation(answer, citations[labels.index(chosen)])
     for sentence in answer.sentences:
-        if sentence.supported is False:
+        if sentence.supported is False and sentence.citations:
             st.caption(f"⚠ *Not backed by the cited page:* {md(sentence.text)}")
+        elif sentence.supported is False:
+            st.caption(f"*No passage backs:* {md(sentence.text)}")
     if answer.confidence is not None:
         st.caption(f"Confidence: {answer.confidence:.0%} of checked sentences are supported")
+    elif answer.sentences and not answer.refused:
+        st.caption("Citations not checked: no sentence was long enough to judge")
     if answer.rewritten_query:
         st.caption(f"Searched for: *{md(answer.rewritten_query)}*")
     if answer.refused and answer.sources:
@@ -289,14 +295,18 @@ def answer_now(question: str, history: list[tuple[str, str]], scope, k: int) -> 
 
     Any failure becomes a message in the chat, so the conversation so far survives it.
     """
+    status = st.empty()  # what is happening while the person waits: searching, reading, writing
     try:
-        stream = qa.ask(question, retriever(), llm=chat_model(), history=history, scope=scope, k=k)
+        stream = qa.ask(question, retriever(), llm=chat_model(), history=history, scope=scope, k=k,
+                        on_stage=lambda text: status.caption(text))
         st.write_stream(md_stream(stream))
     except (models.ModelUnavailableError, ingest.IngestError) as err:
         return {"role": "assistant", "content": "", "error": str(err)}
     except Exception as err:  # e.g. Ollama's embedder gone mid-search: say so, keep the chat
         log.exception("Answering failed")
         return {"role": "assistant", "content": "", "error": models.explain_failure(err)}
+    finally:
+        status.empty()
     return {"role": "assistant", "content": stream.result.text, "answer": stream.result}
 
 

@@ -3,6 +3,7 @@ the real embedder and the small embedded chat model."""
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -57,8 +58,11 @@ def test_upload_ask_open_a_citation_then_remove_the_document(store, embedder, th
     answer = app.chat_message[1]
     assert "1889" in answer.markdown[0].value
     chips = answer.button_group[0]
-    chip = next(o for o in chips.options if shown(o).startswith("facts.pdf · p. 3 ✓"))  # verified (maybe inferred)
+    chip = next(o for o in chips.options if re.match(r"\[\d\] facts\.pdf · p\. 3 ✓", shown(o)))  # verified (maybe inferred)
+    number = re.match(r"\[(\d)\]", shown(chip)).group(1)
+    assert f"[{number}]" in shown(answer.markdown[0].value) or "(inferred)" in shown(chip)  # the marker's number
     assert any("Confidence" in c.value for c in answer.caption)
+    assert not any("Reading" in c.value or "Searching" in c.value for c in answer.caption)  # the status line is gone
 
     chips.set_value(chip).run()
     opened = app.chat_message[1]
