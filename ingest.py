@@ -480,7 +480,8 @@ def _write_pages(doc, collection, embedder, sha256, doc_name, progress) -> dict:
     """Extract, chunk, embed and store ``doc`` in page batches so memory stays bounded.
 
     Progress names each stage as it happens: reading (or OCR) page by page, then
-    for each page batch embedding its passages a slice at a time, then storing them.
+    for each page batch embedding its passages a slice at a time, storing them, and
+    "Indexed ..." once the batch is in the store.
     """
     total = doc.page_count
     seconds = {"extract": 0.0, "ocr": 0.0, "chunk": 0.0, "embed": 0.0, "store": 0.0}
@@ -531,6 +532,7 @@ def _write_pages(doc, collection, embedder, sha256, doc_name, progress) -> dict:
         )
         seconds["store"] += time.perf_counter() - t
         chunks += len(records)
+        progress(first + len(pages), total, f"Indexed {chunks} passages from {first + len(pages)} of {total} pages")
     return {"chunks": chunks, "sources": "".join(sources), "stage_seconds": seconds}
 
 

@@ -76,7 +76,7 @@ def test_text_pdf_becomes_searchable_with_page_anchored_chunks(store, embedder, 
         assert meta["doc_name"] == "facts.pdf" and meta["text_source"] == "text"
     assert calls[-1][0] == calls[-1][1] == 3  # progress reached the end
     stages = [message.split()[0] for _, _, message in calls]
-    assert stages == ["Reading"] * 3 + ["Embedding", "Storing"]  # each stage shown while it runs
+    assert stages == ["Reading"] * 3 + ["Embedding", "Storing", "Indexed"]  # each stage shown while it runs
     assert [c[0] for c in calls] == sorted(c[0] for c in calls)  # the bar never goes back
 
 
@@ -262,7 +262,7 @@ sys.path.insert(0, {repo!r})
 import config, ingest, models
 config.PAGE_BATCH_SIZE = 4
 def die(current, total, message):
-    if message.startswith("Embedding") and current >= 8:  # pages 1-8 are stored, 9-12 in hand
+    if message.startswith("Indexed") and current >= 8:
         os.kill(os.getpid(), signal.SIGKILL)
 ingest.ingest_pdf({pdf!r}, ingest.get_client({store!r}), models.MiniLMEmbeddings(), progress=die)
 """
