@@ -306,13 +306,16 @@ def time_answers(model_name: str, questions: list[str]) -> dict:
     return row
 
 
+LABELLING_PDF = BENCH_PDFS / "05-03-18-political-release.pdf"  # 17 text pages
+
+
 def labelling_collection(store_dir: str):
-    """R-intro.pdf in a store of its own with no page labelled yet: pages for the labeller to chew on."""
+    """A bench PDF in a store of its own with no page labelled yet: pages for the labeller to chew on."""
     import ingest
     import models
 
     client, embedder = ingest.get_client(store_dir), models.get_embeddings()
-    result = ingest.ingest_pdf(Path(config.INPUT_DATA_DIR) / "pdfs" / "R-intro.pdf", client, embedder)
+    result = ingest.ingest_pdf(LABELLING_PDF, client, embedder)
     return ingest.open_collection(client, result.collection, embedder)
 
 

@@ -601,9 +601,9 @@ def _label_page(
     messages = [SystemMessage(prompts.ENRICH_SYSTEM), HumanMessage(user)]
     attempts = 0
     while attempts < 2:
+        models.QUESTIONS.wait_until_none(cancel)
         if cancel is not None and cancel.is_set():
             raise _LabellingCancelled
-        models.QUESTIONS.wait_until_none()
         try:
             reply = llm.invoke(messages).content
         except models.YieldedToQuestion:

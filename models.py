@@ -208,9 +208,11 @@ class QuestionGate:
     def busy(self) -> bool:
         return self._asking > 0
 
-    def wait_until_none(self) -> None:
+    def wait_until_none(self, cancel: threading.Event | None = None) -> None:
+        """Return when no question is being asked, or (checked every second) when ``cancel`` is set."""
         with self._changed:
-            self._changed.wait_for(lambda: self._asking == 0)
+            while self._asking and not (cancel is not None and cancel.is_set()):
+                self._changed.wait(timeout=1.0)
 
 
 QUESTIONS = QuestionGate()
