@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ from rank_bm25 import BM25Okapi
 
 import ingest
 from conftest import write_text_pdf
+from eval_retrieval import abbreviate_names, perturb, reword_years, split_questions
 from retriever import Retriever, SparseBM25, page_references, rrf, tokenize
 
 REPO = Path(__file__).resolve().parents[1]
@@ -197,6 +199,25 @@ def test_page_labels_join_the_keyword_index_once_written(store, embedder, three_
 # -----------------------------------------------------------------------------
 
 
+def test_perturbations_add_instructions_abbreviate_names_and_reword_years():
+    rng = random.Random(1)
+    question = "What did Costco Wholesale Corporation earn in 2021?"
+    after = perturb(question, "instruction-after", rng)
+    assert after.startswith(question) and len(after) > len(question) + 10
+    assert perturb(question, "instruction-before", rng).endswith(question)
+    assert abbreviate_names(question, random.Random(0)) in ("What did CW earn in 2021?", "What did Costco earn in 2021?")
+    assert abbreviate_names("How many cars are there?", rng) == "How many cars are there?"  # nothing to shorten
+    assert reword_years("Revenue in 2019 and FY2020?", random.Random(3)) in {
+        f"Revenue in {a} and {b}?" for a in ("FY2019", "fiscal 2019") for b in ("fiscal 2020", "2020")}
+
+
+def test_split_halves_are_disjoint_seeded_and_cover_everything():
+    questions = [{"question": str(i)} for i in range(11)]
+    fit, held_out = split_questions(questions, "fit", 18), split_questions(questions, "held-out", 18)
+    assert len(fit) == 5 and len(held_out) == 6 and not {q["question"] for q in fit} & {q["question"] for q in held_out}
+    assert fit == split_questions(questions, "fit", 18) != split_questions(questions, "fit", 19)
+
+
 def test_eval_script_runs_end_to_end_and_writes_every_metric(tmp_path):
     pdfs = tmp_path / "pdfs"
     pdfs.mkdir()
@@ -227,6 +248,18 @@ def test_eval_script_runs_end_to_end_and_writes_every_metric(tmp_path):
     assert results["ablations"]["doc/hybrid"]["hit@2"] == 1.0
     assert results["unanswerable"]["doc"]["n"] == 1
     assert (tmp_path / "out.md").read_text().startswith("# Retrieval evaluation")
+
+    # reworded questions, in the own document, the library and the library of the same document type
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "eval_retrieval.py"), "--questions", str(questions), "--k", "2", "--perturb",
+         "--scope", "all", "--store", str(tmp_path / "store"), "--json", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    runs = json.loads(out.read_text())["runs"]
+    assert runs["doc/hybrid/instruction-after"]["changed"] == 2 and runs["doc/hybrid/year-wording"]["changed"] == 1
+    assert {"library/bm25/plain", "type/semantic/abbreviated-names"} <= set(runs)
+    assert "| instruction-before |" in proc.stdout
 
     # another chunking policy is ingested into its own store, beside the default one
     proc = subprocess.run(
