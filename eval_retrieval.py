@@ -42,18 +42,24 @@ import config
 import ingest
 import models
 from retriever import Retriever, tokenize
+from routing import LEGAL_SUFFIX, NAME_RUN
 
 log = logging.getLogger(__name__)
 
-# name -> Retriever.search options; "hybrid" is the configuration the app uses
+# name -> Retriever.search options; "hybrid" is the configuration the app uses (every setting from config.py)
+BEFORE_ISSUE_18 = {"question_parsing": False, "fusion": "rrf", "routing": False, "statement_hints": False}
 ABLATIONS = {
-    "semantic": {"mode": "semantic", "page_refs": False},
-    "bm25": {"mode": "bm25", "page_refs": False},
-    "hybrid-plain": {"mode": "hybrid", "page_refs": False, "keyword_seat": False},
-    "hybrid-no-page-refs": {"mode": "hybrid", "page_refs": False, "keyword_seat": True},
-    "hybrid-no-keyword-seat": {"mode": "hybrid", "page_refs": True, "keyword_seat": False},
-    "hybrid": {"mode": "hybrid", "page_refs": True, "keyword_seat": True},
+    "semantic": {"mode": "semantic", "page_refs": False, "statement_hints": False},
+    "bm25": {"mode": "bm25", "page_refs": False, "statement_hints": False},
+    "hybrid-plain": {"mode": "hybrid", "page_refs": False, "keyword_seat": False, **BEFORE_ISSUE_18},
+    "hybrid-no-page-refs": {"mode": "hybrid", "page_refs": False, "keyword_seat": True, **BEFORE_ISSUE_18},
+    "hybrid-no-keyword-seat": {"mode": "hybrid", "page_refs": True, "keyword_seat": False, **BEFORE_ISSUE_18},
+    "hybrid-main": {"mode": "hybrid", "page_refs": True, "keyword_seat": True, **BEFORE_ISSUE_18},  # before issue 18
+    "hybrid-no-parsing": {"mode": "hybrid", "question_parsing": False},
+    "hybrid-no-routing": {"mode": "hybrid", "routing": False},
+    "hybrid": {"mode": "hybrid"},
 }
+PERTURB_ABLATIONS = ("semantic", "bm25", "hybrid-main", "hybrid")
 DEFAULT_QUESTIONS = Path(config.INPUT_DATA_DIR) / "eval_questions.json"
 DEFAULT_STORE = config.BASE_DIR / "chroma_store_eval"
 
@@ -113,17 +119,18 @@ INSTRUCTIONS_BEFORE = [
 STATEMENTS = ["cash flow statement", "income statement", "balance sheet", "statement of financial position"]
 PERTURBATIONS = ("instruction-after", "instruction-before", "abbreviated-names", "year-wording")
 
-_LEGAL_SUFFIX = re.compile(r",?\s+(?:Inc|Incorporated|Corporation|Corp|Company|Co|Ltd|LLC|plc|Group|Holdings)\b\.?")
-_NAME_RUN = re.compile(r"\b[A-Z][\w&'-]*(?:\s+(?:of\s+|and\s+|&\s+)?[A-Z][\w&'-]*)+")
 _YEAR = re.compile(r"\b(?:FY\s?|fiscal(?:\s+year)?\s+)?((?:19|20)\d\d)\b", re.IGNORECASE)
 
 
 def abbreviate_names(question: str, rng: random.Random) -> str:
     """Legal suffixes dropped; a run of capitalised words becomes its initials or its first word.
 
+    (A name is what routing.py calls one, so routing's acronyms meet this rule by construction: real
+    abbreviations such as stock tickers are not covered.)
+
     abbreviate_names("What did Costco Wholesale Corporation report?", rng) -> "What did CW report?" (or "... Costco report?")
     """
-    text = _LEGAL_SUFFIX.sub("", question)
+    text = LEGAL_SUFFIX.sub("", question)
 
     def shorten(match: re.Match) -> str:
         words = [w for w in match.group(0).split() if w[0].isupper()]
@@ -134,7 +141,7 @@ def abbreviate_names(question: str, rng: random.Random) -> str:
     def shorten_words(words: list[str]) -> str:
         return "".join(w[0] for w in words).upper() if rng.random() < 0.5 else words[0]
 
-    return _NAME_RUN.sub(shorten, text)
+    return NAME_RUN.sub(shorten, text)
 
 
 def reword_years(question: str, rng: random.Random) -> str:
@@ -243,8 +250,8 @@ def diagnose(retriever: Retriever, q: dict, scope: list[str] | None, gold: set, 
         "token_overlap": round(len(query_terms & gold_terms) / max(len(query_terms), 1), 2),
         "near_misses": near,
         "carried_by": carried,
-        "rrf_table": [
-            {"doc": h.doc_name, "page": h.page, "rrf": round(h.score, 4), **{k: v for k, v in h.trace.items() if k != "rrf"}}
+        "fusion_table": [
+            {"doc": h.doc_name, "page": h.page, "fused": round(h.score, 4), **{k: v for k, v in h.trace.items() if k != "fused"}}
             for h in hits
         ],
     }
@@ -308,9 +315,6 @@ def evaluate(retriever: Retriever, questions: list[dict], collections: dict[str,
         if scope_name != "type":
             results["unanswerable"][scope_name] = top_similarity_gap(retriever, answerable, unanswerable, collections, scope_name)
     return results
-
-
-PERTURB_ABLATIONS = ("semantic", "bm25", "hybrid")
 
 
 def evaluate_perturbed(retriever: Retriever, questions: list[dict], collections: dict[str, str], scopes: list[str],

@@ -36,6 +36,7 @@ import ingest
 import models
 import prompts
 from checker import CheckedSentence, Citation, strip_markers, verify_answer
+from question import parse_question
 from retriever import Hit, Retriever
 
 log = logging.getLogger(__name__)
@@ -73,6 +74,17 @@ def answer_shape(question: str) -> str:
     if re.search(r"^\s*(list|name|enumerate)\b|\bwhat are the\b|\bwhich are the\b", q):
         return "list"
     return "plain"
+
+
+def question_for_prompt(question: str) -> str:
+    """The question, then its instructions about the answer's form on a line of their own (see question.py).
+
+    question_for_prompt("What was capex? State it in USD millions.") -> "What was capex?\nAnswer form: State it in USD millions."
+    """
+    parsed = parse_question(question)
+    if not parsed.instructions:
+        return question
+    return f"{parsed.query}\n{prompts.ANSWER_FORM.format(instructions=' '.join(parsed.instructions))}"
 
 
 def needs_rewrite(question: str, history: list[tuple[str, str]]) -> bool:
@@ -227,9 +239,10 @@ def ask(
         log.info("Refused without the LLM: best similarity %.3f < %.3f", best, config.REFUSAL_MIN_SIMILARITY)
         answer.refused, answer.sources = True, hits
         return _fixed(answer, prompts.NOT_FOUND)
-    sources = fit_sources(question, hits, history, lambda text: models.count_tokens(llm, text), config.LLM_N_CTX, config.LLM_MAX_TOKENS)
+    asked = question_for_prompt(question)  # the retriever searched the question without these instructions
+    sources = fit_sources(asked, hits, history, lambda text: models.count_tokens(llm, text), config.LLM_N_CTX, config.LLM_MAX_TOKENS)
     answer.sources = sources
-    messages = build_messages(question, sources, history)
+    messages = build_messages(asked, sources, history)
 
     def pieces() -> Iterator[str]:
         try:

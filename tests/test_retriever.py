@@ -136,7 +136,7 @@ def test_hits_carry_location_and_trace_and_one_hit_per_page(store, embedder, cat
     assert len({(h.collection, h.page) for h in hits}) == len(hits) == 5
     for hit in hits:
         assert hit.doc_name == "catalogue.pdf" and hit.text and hit.end > hit.start
-        assert hit.trace["rrf"] == pytest.approx(hit.score)
+        assert hit.trace["fused"] == pytest.approx(hit.score)
         assert "semantic_rank" in hit.trace or "bm25_rank" in hit.trace
 
 
