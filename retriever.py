@@ -157,21 +157,28 @@ def statements_headed(page_text: str) -> list[str]:
 def fuse(rankings: dict[str, list[tuple[PageKey, float]]], method: str) -> dict[PageKey, float]:
     """One fused score per page from each leg's (page, score) ranking, best first within a leg.
 
-    "rrf" and "seats" add 1 / (RRF_K + rank); "score" adds each leg's score scaled to [0, 1]
-    by the leg's best (legs without scores, like named pages, score 1 - (rank-1)/length).
+    "rrf" and "seats" add 1 / (RRF_K + rank). "margin" weighs each leg's RRF share by
+    1 + its top score's lead over its runner-up (as a share of the leg's score range),
+    so a leg that is sure of its winner counts up to twice. "score" adds each leg's
+    scores min-max scaled to [0, 1] over its candidates (legs without scores, like
+    named pages, score 1 - (rank-1)/length).
 
-    fuse({"a": [(p, 0.9), (q, 0.3)], "b": [(q, 5.0)]}, "score") -> {p: 1.0, q: 0.333 + 1.0}
+    fuse({"a": [(p, 0.9), (q, 0.3)], "b": [(q, 5.0)]}, "score") -> {p: 1.0, q: 0.0 + 1.0}
     """
-    if method != "score":
+    if method in ("rrf", "seats"):
         return rrf([[key for key, _ in ranking] for ranking in rankings.values()])
     fused: dict[PageKey, float] = {}
     for ranking in rankings.values():
         if not ranking:
             continue
         scores = np.array([score for _, score in ranking], dtype=np.float64)
-        low = min(0.0, scores.min())
-        scaled = (scores - low) / max(scores.max() - low, 1e-9)
-        for (key, _), value in zip(ranking, scaled):
+        span = scores.max() - scores.min()
+        if method == "margin":
+            weight = 1.0 + ((scores[0] - scores[1]) / span if len(scores) > 1 and span > 0 else 0.0)
+            values = [weight / (config.RRF_K + rank) for rank in range(1, len(ranking) + 1)]
+        else:
+            values = (scores - scores.min()) / span if span > 0 else np.ones(len(scores))
+        for (key, _), value in zip(ranking, values):
             fused[key] = fused.get(key, 0.0) + float(value)
     return fused
 
@@ -432,8 +439,8 @@ class Retriever:
         the question names as a ranking; ``statement_hints`` (STATEMENT_HINTS) adds the
         pages headed by a financial statement its instructions name. ``fusion``
         (FUSION): "rrf" ranks by reciprocal ranks; "seats" also keeps each leg's best
-        page; "score" adds each leg's normalised scores, so one leg's clear winner
-        survives. ``keyword_seat`` (KEYWORD_SEAT) keeps the keyword leg's best page in
+        page; "margin" weighs each leg by how far its winner leads; "score" adds each
+        leg's normalised scores (see ``fuse``). ``keyword_seat`` (KEYWORD_SEAT) keeps the keyword leg's best page in
         the results even when fusion ranks it below k. ``routing`` (ROUTING) multiplies
         the fused score of pages of documents the question names (routing.py).
         """

@@ -272,3 +272,74 @@ def test_eval_script_runs_end_to_end_and_writes_every_metric(tmp_path):
     default_store = ingest.get_client(str(tmp_path / "store"))
     [policy_doc] = ingest.list_documents(policy_store)
     assert policy_doc["chunks"] > ingest.list_documents(default_store)[0]["chunks"]
+
+
+# -----------------------------------------------------------------------------
+# Issue 18: instructions around the question, libraries of similar filings, fiscal-year wording
+
+
+def write_filing(path: Path, company: str) -> Path:
+    """A small annual report: cover, a business page, and the three statements (same boilerplate in every filing)."""
+    return write_text_pdf(path, [
+        f"FORM 10-K\nAnnual report for the fiscal year ended December 31, 2021\n{company}\n"
+        "(Exact name of registrant as specified in its charter)",
+        f"Item 1. Business. {company} designs, builds and sells outdoor equipment through its own stores. "
+        "Equity research analysts who follow the company state that gross margin is a useful metric for it.",
+        "CONSOLIDATED STATEMENTS OF CASH FLOWS\n(in millions)\nNet cash provided by operating activities 1,204\n"
+        "Purchases of property and equipment (capital expenditures) (310)",
+        "CONSOLIDATED BALANCE SHEETS\n(in millions)\nTotal assets 9,870\nTotal liabilities 5,120",
+        "CONSOLIDATED STATEMENTS OF INCOME\n(in millions)\nRevenues 12,400\nNet income 1,050",
+    ])
+
+
+@pytest.fixture
+def filings(tmp_path, store, embedder) -> dict[str, str]:
+    names = {"alder": "Alder Outdoor Equipment Corporation", "birch": "Birchwood Trail Gear, Inc."}
+    return {key: ingest.ingest_pdf(write_filing(tmp_path / f"{key}.pdf", company), store, embedder).collection
+            for key, company in names.items()}
+
+
+def test_instructions_around_the_question_do_not_change_what_is_found(store, embedder, filings):
+    retriever = Retriever(store, embedder)
+    question = "How much did the company spend on capital expenditures?"
+    wrapped = (f"Answer the following question as if you are an equity research analyst. {question} "
+               "Please state answer in USD millions. If this is not a useful metric, then please state that and explain why.")
+    scope = [filings["alder"]]
+    assert [h.page for h in retriever.search(question, k=1, scope=scope)] == [3]
+    assert [h.page for h in retriever.search(wrapped, k=1, scope=scope)] == [3]
+    # unparsed, the instruction words match the boilerplate on the business page
+    assert [h.page for h in retriever.search(wrapped, k=1, scope=scope, question_parsing=False)] == [2]
+
+
+def test_a_statement_named_in_the_instructions_points_to_its_page(store, embedder, filings):
+    retriever = Retriever(store, embedder)
+    question = "What is the total? Give a response by relying on the details shown in the balance sheet."
+    hits = retriever.search(question, k=1, scope=[filings["alder"]], statement_hints=True)
+    assert hits[0].page == 4 and hits[0].trace["statement_rank"] == 1
+
+
+def test_routing_favours_the_document_the_question_names_and_never_drops_the_others(store, embedder, filings):
+    retriever = Retriever(store, embedder)
+    question = "What were Birchwood's revenues?"
+    hits = retriever.search(question, k=10, routing=True)
+    routed = [(h.collection, h.page) for h in hits]
+    assert routed[0][0] == filings["birch"] and hits[0].trace["routed"] > 0
+    assert routed.index((filings["birch"], 5)) < routed.index((filings["alder"], 5))  # same statement page, named company first
+    assert retriever.named_documents("What were the revenues?", None) == {}  # names no company: no preference
+    unnamed = retriever.search("What were the revenues?", k=5, routing=True)
+    assert {h.collection for h in unnamed} == set(filings.values())
+    assert retriever.profile(filings["birch"]).doc_type == "annual report"
+
+
+def test_a_year_is_searched_as_the_document_writes_it(store, embedder, tmp_path):
+    pdf = write_text_pdf(tmp_path / "fiscal.pdf", [
+        "In fiscal 2019 the cooperative opened two new dairies.",
+        "In fiscal 2020 the cooperative closed a creamery.",
+        "Fiscal 2021 brought record milk prices.",
+        "The cooperative was founded by farmers.",
+    ])
+    ingest.ingest_pdf(pdf, store, embedder)
+    retriever = Retriever(store, embedder)
+    assert tokenize("FY2020") == ["fy", "2020"] and tokenize("FY20") == ["fy", "2020"]
+    for wording in ("FY2020", "FY20", "fiscal year 2020", "2020"):
+        assert retriever.search(f"What happened to a creamery in {wording}?", k=1)[0].page == 2
