@@ -17,8 +17,9 @@ is kept as a hint of which page to find (``statements``), not as search words.
 Deliberately simple: sentences are told apart by a few cue patterns (a persona,
 the words answer/response/question, units and rounding, conditionals asking to
 "state that"), not by a model. A sentence ending in "?" is always the question,
-and when every sentence looks like an instruction the whole text is searched,
-so a misread can only search too much, never lose the question.
+and instructions are split off only when such a sentence is left (a request
+like "List the F1 scores, with one decimal place." is searched whole), so a
+misread can only search too much, never lose the question.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-# A sentence ends at . ! ? followed by space; a lead-in "...question:" ends at its colon.
-_SENTENCE = re.compile(r"[^.!?]+(?:[.!?]+(?=\s|$)|$)")
+# A sentence ends at . ! ? followed by space (or ? ! followed by a capital); a lead-in "...question:" ends at its colon.
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[?!])(?=[A-Z])")
 _LEAD_IN = re.compile(r"^(?P<lead>[^:?]*\b(?:question|answer|analyst|respond)\b[^:?]*):\s*(?P<rest>.+)$", re.IGNORECASE | re.DOTALL)
 
 _INSTRUCTION_CUES = [
@@ -66,7 +67,7 @@ class ParsedQuestion:
 
 def sentences(text: str) -> list[str]:
     """sentences("What is X? Please state it in USD millions.") -> ["What is X?", "Please state it in USD millions."]"""
-    return [s.strip() for s in _SENTENCE.findall(text) if s.strip()]
+    return [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
 
 
 def is_instruction(sentence: str) -> bool:
@@ -119,7 +120,7 @@ def parse_question(text: str) -> ParsedQuestion:
         asides = [inner for inner in _PARENTHESES.findall(part) if _INSTRUCTION.search(inner)]
         instructions += [f"({inner})" for inner in asides]
         asked[i] = _PARENTHESES.sub(lambda m: "" if m.group(1) in asides else m.group(0), part)
-    if not asked:  # nothing but instructions: better to search everything than nothing
+    if not any(part.endswith("?") for part in asked):  # no question mark left: an imperative request, search it whole
         asked, instructions = parts or [text], []
     return ParsedQuestion(
         text=text,
