@@ -125,12 +125,13 @@ PAGE_REFS = _env("PAGE_REFS", True)  # a question naming "page 14" / "the cover 
 KEYWORD_SEAT = _env("KEYWORD_SEAT", True)  # the best BM25 page always gets one of the k places
 NUMBERED_REFS = _env("NUMBERED_REFS", True)  # "Fig. 3" and "Figure 3" become one keyword, distinct from "Table 3"
 # Issue 18: retrieval that holds on phrasings and documents it was not tuned on (README, "What generalises").
+NAME_INITIALS = _env("NAME_INITIALS", True)  # "Prosecution Services Staff" is also the keyword "pss", so "PSS" finds it
 QUESTION_PARSING = _env("QUESTION_PARSING", True)  # search the question without its instructions about the answer's form
-STATEMENT_HINTS = _env("STATEMENT_HINTS", False)  # "... shown in the cash flow statement": pages headed so join the fusion
+STATEMENT_HINTS = _env("STATEMENT_HINTS", True)  # "... shown in the cash flow statement": pages headed so join the fusion
 YEAR_WORDING = _env("YEAR_WORDING", True)  # a year is searched as each document writes it (FY2019 / fiscal 2019 / 2019)
-FUSION = _env("FUSION", "rrf")  # rrf | seats (each leg's best page keeps a place) | margin (RRF weighed by each leg's lead) | score
-ROUTING = _env("ROUTING", False)  # in a library, pages of the documents a question names are favoured
-ROUTE_BOOST = _env("ROUTE_BOOST", 1.0)  # a named document's pages get their fused score times (1 + this)
+FUSION = _env("FUSION", "seats")  # rrf | seats (each leg's best page keeps a place) | margin (RRF weighed by each leg's lead) | score
+ROUTING = _env("ROUTING", True)  # in a library, pages of the documents a question names are favoured
+ROUTE_BOOST = _env("ROUTE_BOOST", 0.3)  # a named document's pages get their fused score times (1 + this)
 ROUTE_MAX_SHARE = _env("ROUTE_MAX_SHARE", 0.1)  # a profile word names a document only if at most this share of documents have it
 PROFILE_CHARS = _env("PROFILE_CHARS", 1500)  # characters of each of the first pages read into a document's profile
 PROFILE_PAGES = _env("PROFILE_PAGES", 2)  # first pages read into a document's profile

@@ -40,7 +40,7 @@ import config
 import ingest
 import models
 from question import STATEMENT_NAMES, parse_question, year_wordings, years_named
-from routing import DocumentProfile, distinctive_words, document_profile, route
+from routing import DocumentProfile, distinctive_words, document_profile, initials, route
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +61,12 @@ def tokenize(text: str) -> list[str]:
 
     tokenize("The page. Page 3, Zürich! See Fig. 2") -> ["page", "page", "3", "zürich", "see", "fig", "2", "figure_2"]
     tokenize("FY19 capex") -> ["fy", "2019", "capex"]   (so "FY2019" matches a page that says "2019")
+    tokenize("Prosecution Services Staff") -> ["prosecution", "services", "staff", "pss"]   (so "PSS" matches it)
     """
     text = _FISCAL_YEAR.sub(lambda m: f"FY {m.group(1) if len(m.group(1)) == 4 else '20' + m.group(1)}", text)
     words = [w for w in _WORD.findall(text.lower()) if w not in STOPWORDS]
+    if config.NAME_INITIALS:
+        words += initials(text)
     if config.NUMBERED_REFS:
         words += [f"{_KIND.get(kind.lower(), kind.lower())}_{num.lower()}" for kind, num in _NUMBERED_THING.findall(text)]
     return words

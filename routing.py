@@ -31,7 +31,10 @@ from question import years_named
 
 _CAPITALISED = re.compile(r"\b[A-Z][\w&'-]*")
 # A name: capitalised words in a row, perhaps joined by "of" or "&" ("Bank of America", "Procter & Gamble").
-NAME_RUN = re.compile(r"\b[A-Z][\w&'-]*(?:[ \t]+(?:of[ \t]+|&[ \t]+)?[A-Z][\w&'-]*)+")
+# Words in capitals only (already acronyms), codes with digits and months are not part of one.
+_MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"
+_NAME_WORD = rf"(?!(?:{_MONTHS})\b)[A-Z][a-z][a-z&'-]*\b"
+NAME_RUN = re.compile(rf"\b{_NAME_WORD}(?:[ \t]+(?:of[ \t]+|&[ \t]+)?{_NAME_WORD})+")
 _SUFFIXES = "Inc Incorporated Corporation Corp Company Co Ltd LLC plc Group Holdings".split()
 LEGAL_SUFFIX = re.compile(r",?[ \t]+(?:" + "|".join(_SUFFIXES + [s.upper() for s in _SUFFIXES]) + r")\b\.?(?![-\w])")
 _ACRONYM = re.compile(r"\b[A-Z][A-Z0-9&]{1,5}\b")
@@ -74,11 +77,12 @@ def acronyms_in(text: str) -> set[str]:
 
     acronyms_in("Pew Research Center and NIKE, Inc. (the SEC)") -> {"prc", "sec", "nike"}
     """
-    found = {m.lower() for m in _ACRONYM.findall(text)}
-    for run in NAME_RUN.findall(LEGAL_SUFFIX.sub("", text)):
-        words = [w for w in run.split() if w[0].isupper()]
-        found.add("".join(w[0] for w in words).lower())
-    return found
+    return {m.lower() for m in _ACRONYM.findall(text)} | set(initials(text))
+
+
+def initials(text: str) -> list[str]:
+    """The initials of each name in ``text``, legal suffixes dropped: initials("Pew Research Center's data") -> ["prc"]"""
+    return ["".join(w[0] for w in run.split() if w[0].isupper()).lower() for run in NAME_RUN.findall(LEGAL_SUFFIX.sub("", text))]
 
 
 def document_profile(doc_name: str, first_pages: list[str], all_text: str = "") -> DocumentProfile:
