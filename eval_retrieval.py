@@ -468,6 +468,7 @@ def main(argv: list[str] | None = None) -> int:
     config.CHROMA_PERSIST_DIR = str(args.store)  # locks and store live beside the evaluation store
 
     all_questions = load_questions(args.questions)
+    in_split = {id(q) for q in split_questions(all_questions, args.split, args.seed)}  # halves of the whole file
     client, embedder = ingest.get_client(str(args.store)), models.get_embeddings()
     if args.stored_only:
         collections = {d["doc_name"]: d["collection"] for d in ingest.list_documents(client)}
@@ -478,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
         all_questions = [q for q in all_questions if q["doc"] in collections]
     else:  # every document of the question file is in the library, whichever questions are asked
         collections = ingest_needed(all_questions, args.pdf_dir or default_pdf_dir(args.questions), client, embedder)
-    questions = split_questions(all_questions, args.split, args.seed)[: args.limit]
+    questions = [q for q in all_questions if id(q) in in_split][: args.limit]
     doc_types = {q["doc"]: q["doc_type"] for q in all_questions if q.get("doc_type")}
     retriever = Retriever(client, embedder)
     retriever.refresh()

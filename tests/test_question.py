@@ -56,7 +56,7 @@ def filing(company: str, year: str) -> list[str]:
 
 
 def test_profiles_read_names_acronyms_years_type_and_year_style():
-    profile = document_profile("COSTCO_2021_10K.pdf", filing("COSTCO WHOLESALE CORPORATION", "2021"))
+    profile = document_profile("COSTCO_2021_10K.pdf", filing("Costco Wholesale Corporation", "2021"))
     assert {"costco", "wholesale"} <= profile.names and "cw" in profile.acronyms
     assert profile.years == ["2021"] and profile.doc_type == "annual report" and profile.title.startswith("UNITED STATES")
     assert acronyms_in("Pew Research Center and NIKE, Inc. (the SEC)") >= {"prc", "nike", "sec"}
@@ -65,7 +65,7 @@ def test_profiles_read_names_acronyms_years_type_and_year_style():
 
 def test_routing_picks_named_documents_by_distinctive_words_only():
     profiles = {
-        "costco": document_profile("COSTCO_2021_10K.pdf", filing("COSTCO WHOLESALE CORPORATION", "2021")),
+        "costco": document_profile("COSTCO_2021_10K.pdf", filing("Costco Wholesale Corporation", "2021")),
         "nike": document_profile("NIKE_2021_10K.pdf", filing("NIKE, Inc.", "2021")),
         "pew": document_profile("report.pdf", ["Pew Research Center\nSeniors and technology use, 2014"]),
     }
