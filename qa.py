@@ -37,7 +37,7 @@ import models
 import prompts
 from checker import CheckedSentence, Citation, strip_markers, verify_answer
 from retriever import Hit, Retriever
-from safe_text import fence_text
+from safe_text import fence_text, terminal_text
 
 log = logging.getLogger(__name__)
 
@@ -285,10 +285,10 @@ def main(argv: list[str] | None = None) -> int:
         stream = ask(args.question, retriever, scope=scope)
         for piece in stream:
             if not args.json:
-                sys.stdout.write(piece)
+                sys.stdout.write(terminal_text(piece))
                 sys.stdout.flush()
     except (ingest.IngestError, models.ModelUnavailableError) as err:
-        sys.stderr.write(f"{err}\n")
+        sys.stderr.write(terminal_text(f"{err}\n"))
         return 1
     result = stream.result
     if args.json:
@@ -297,10 +297,10 @@ def main(argv: list[str] | None = None) -> int:
     print("\n")
     for c in result.citations:
         mark = "verified" if c.verified else "NOT SUPPORTED"
-        print(f"  [{c.number}] {c.doc_name}, page {c.page} ({mark}{', inferred' if c.inferred else ''})")
+        print(terminal_text(f"  [{c.number}] {c.doc_name}, page {c.page} ({mark}{', inferred' if c.inferred else ''})"))
     for s in result.sentences:
         if s.supported is False:
-            print(f"  unsupported: {s.text}")
+            print(terminal_text(f"  unsupported: {s.text}"))
     print(f"confidence: {result.confidence}   seconds: {result.seconds:.1f}")
     return 0
 
