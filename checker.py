@@ -263,14 +263,15 @@ def support_scores(sentence: str, sources: list[Hit], sentence_vec, source_vecs,
     divided by its threshold, so >= 1 means supported; 0 when the sentence has a detail the source
     cannot back (``unbacked_detail``): similar wording is no support for a figure the passage lacks."""
     claim = strip_markers(sentence)
-    words, asked = set(tokenize(claim)), set(tokenize(question))
+    words = set(tokenize(claim))
+    subject = {w for name in names_in(question) for w in tokenize(name)} | years_in(question)  # "Ulta Beauty", "FY2023"
     scores = []
     for hit, vec in zip(sources, source_vecs):
         if unbacked_detail(claim, hit.text, question):
             scores.append(0.0)
             continue
         passage_words = set(tokenize(hit.text))
-        needed = words - (asked - passage_words)  # the question's subject need not be repeated by the passage
+        needed = words - (subject - passage_words)  # the question's subject need not be repeated by the passage
         overlap = len(needed & passage_words) / len(needed) if len(needed) >= 2 else 0.0
         similarity = float(np.dot(sentence_vec, vec))
         scores.append(max(overlap / config.SUPPORT_MIN_OVERLAP, similarity / config.SUPPORT_MIN_SIMILARITY))
