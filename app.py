@@ -22,12 +22,18 @@ from __future__ import annotations
 
 import logging
 import tempfile
+import uuid
 from pathlib import Path
 
 import streamlit as st
 
+try:  # first, alone: every module below reads its settings from it
+    import config
+except SystemExit as err:  # config.SettingError: a setting in the environment cannot be used
+    st.error(str(err))
+    st.stop()
+
 import checker
-import config
 import ingest
 import models
 import preview
@@ -86,8 +92,8 @@ def ingest_upload(upload) -> None:
                     doc_name=upload.name,
                 )
             except ingest.IngestError as err:
-                status.update(label=f"{name}: not added", state="error")
-                st.error(md(err))
+                status.update(label=f"{name}: not added", state="error", expanded=False)
+                add_notice(f"**{name}** was not added. {md(err)}")
                 return
         retriever().refresh()
         if config.ENRICH_ENABLED:
@@ -95,19 +101,35 @@ def ingest_upload(upload) -> None:
         note = "already in the library" if result.cached else f"{result.pages} pages, {result.chunks} passages"
         ocr = f", {result.ocr_pages} read by OCR" if result.ocr_pages else ""
         status.update(label=f"{name}: searchable ({note}{ocr})", state="complete", expanded=False)
+        if result.damaged_pages:
+            add_notice(f"**{name}** is damaged: pages {ingest.page_ranges(result.damaged_pages)} could not be read and were left out.", "warning")
 
 
 def uploads_panel() -> None:
+    """Ingest each file once per upload: Streamlit gives every upload its own id, so the same
+    file uploaded again after a remove, or two files that share a name, are each handled."""
     uploads = st.sidebar.file_uploader(
         "Add PDFs", type=["pdf"], accept_multiple_files=True, help=f"Up to {config.MAX_FILE_MB} MB each"
     )
-    done = st.session_state.setdefault("ingested_uploads", set())
+    handled = st.session_state.setdefault("handled_uploads", set())
     for upload in uploads or []:
-        key = (upload.name, upload.size)
-        if key not in done:
+        if upload.file_id not in handled:
+            handled.add(upload.file_id)  # first: a refused file is reported once, not retried on every rerun
             with st.sidebar:
                 ingest_upload(upload)
-            done.add(key)
+
+
+def add_notice(markdown: str, kind: str = "error") -> None:
+    """A problem the person must read (``kind`` "error" or "warning"): shown in the sidebar until dismissed."""
+    st.session_state.setdefault("notices", {})[uuid.uuid4().hex] = (kind, markdown)
+
+
+def notices_panel() -> None:
+    for key, (kind, text) in list(st.session_state.get("notices", {}).items()):
+        getattr(st.sidebar, kind)(text)
+        if st.sidebar.button("Dismiss", key=f"dismiss-{key}"):
+            del st.session_state.notices[key]
+            st.rerun()
 
 
 def labels_missing(doc: dict) -> bool:
@@ -127,7 +149,10 @@ def document_card(doc: dict, labelling: ingest.EnrichmentProgress | None) -> Non
     elif not labels_missing(doc):
         name_col.caption("Page labels: done")
     if remove_col.button("", icon=":material/delete:", key=f"rm-{doc['collection']}", help="Remove from library"):
-        ingest.delete_document(store(), doc["collection"])
+        try:
+            ingest.delete_document(store(), doc["collection"])
+        except ingest.IngestError as err:  # removed but not purged, or the server went away
+            add_notice(md(err), "warning")
         retriever().refresh()
         st.rerun()
 
@@ -168,6 +193,7 @@ def sidebar() -> tuple[list[str] | None, int, bool]:
     """Draw the sidebar; return the scope (None: all documents), top-k and whether to show traces."""
     st.sidebar.header("Your documents")
     uploads_panel()
+    notices_panel()
     busy = any(p.state in ("queued", "labelling") for p in labelling_progress().values())
     with st.sidebar:
         st.fragment(library_panel, run_every=3 if busy else None)()
