@@ -25,19 +25,19 @@ import logging
 import re
 import sys
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
+import checker
 import config
 import context
 import ingest
 import models
 import prompts
-import checker
 from checker import CheckedSentence, Citation, strip_markers, verify_answer
 from retriever import Hit, Retriever
 from safe_text import fence_text
