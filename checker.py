@@ -45,6 +45,9 @@ _ABBREVIATIONS = set(
 )
 
 
+_INITIALS = re.compile(r"(?:[A-Z]\.)*[A-Z]")  # "R.A" of "Mr. R.A. Shah": a name goes on
+
+
 def parse_citations(text: str) -> list[int]:
     """Source numbers cited in ``text``, in order, without repeats.
 
@@ -65,7 +68,8 @@ def strip_markers(text: str) -> str:
 def _ends_sentence(line: str, start: int, match: re.Match) -> bool:
     """Is this period (or ! or ?) a sentence end, not an abbreviation or a decimal-like break?"""
     words = line[start : match.start()].split()
-    if match.group(0).startswith(".") and words and words[-1].lower().rstrip(".") in _ABBREVIATIONS:
+    last = words[-1].rstrip(".") if words else ""
+    if match.group(0).startswith(".") and (last.lower() in _ABBREVIATIONS or _INITIALS.fullmatch(last)):
         return False
     following = line[match.end() :].lstrip()[:1]
     return not following.islower()
