@@ -25,22 +25,22 @@ import logging
 import re
 import sys
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
+import checker
 import config
 import context
 import ingest
 import models
 import prompts
-import checker
 from checker import CheckedSentence, Citation, strip_markers, verify_answer
 from retriever import Hit, Retriever
-from safe_text import fence_text
+from safe_text import fence_text, terminal_text
 
 log = logging.getLogger(__name__)
 
@@ -354,10 +354,10 @@ def main(argv: list[str] | None = None) -> int:
         stream = ask(args.question, retriever, scope=scope)
         for piece in stream:
             if not args.json:
-                sys.stdout.write(piece)
+                sys.stdout.write(terminal_text(piece))
                 sys.stdout.flush()
     except (ingest.IngestError, models.ModelUnavailableError) as err:
-        sys.stderr.write(f"{err}\n")
+        sys.stderr.write(terminal_text(f"{err}\n"))
         return 1
     result = stream.result
     if args.json:
@@ -366,10 +366,10 @@ def main(argv: list[str] | None = None) -> int:
     print("\n")
     for c in result.citations:
         mark = "verified" if c.verified else "NOT SUPPORTED"
-        print(f"  [{c.number}] {c.doc_name}, page {c.page} ({mark}{', inferred' if c.inferred else ''})")
+        print(terminal_text(f"  [{c.number}] {c.doc_name}, page {c.page} ({mark}{', inferred' if c.inferred else ''})"))
     for s in result.sentences:
         if s.supported is False:
-            print(f"  unsupported: {s.text}")
+            print(terminal_text(f"  unsupported: {s.text}"))
     print(f"confidence: {result.confidence}   seconds: {result.seconds:.1f}")
     return 0
 
