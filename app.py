@@ -7,7 +7,8 @@ interaction):
              -> searchable at once; page labelling queued on the BackgroundEnricher
              library (live progress) with remove; scope; settings; model status
     main:    replay the chat -> st.chat_input -> qa.ask() streamed by st.write_stream
-             -> citation chips (st.pills); a chosen chip shows the passage and the
+             (a status line says what is happening until the first words arrive)
+             -> citation chips (st.pills) numbered like the answer's [n] markers; a chosen chip shows the passage and the
                 page rendered by preview.render_page() with the passage highlighted
              -> unsupported sentences, confidence, rewritten query, optional trace
 
@@ -21,17 +22,24 @@ from __future__ import annotations
 
 import logging
 import tempfile
+import uuid
 from pathlib import Path
 
 import streamlit as st
 
+try:  # first, alone: every module below reads its settings from it
+    import config
+except SystemExit as err:  # config.SettingError: a setting in the environment cannot be used
+    st.error(str(err))
+    st.stop()
+
 import checker
-import config
 import ingest
 import models
 import preview
 import qa
 from retriever import Hit, Retriever
+from safe_text import md, md_stream, passage_md
 
 config.setup_logging()
 log = logging.getLogger(__name__)
@@ -69,7 +77,8 @@ def enricher() -> ingest.BackgroundEnricher:
 
 def ingest_upload(upload) -> None:
     """Save one uploaded file to a temp path and ingest it, showing each stage's progress."""
-    with st.status(f"Adding {upload.name}…", expanded=True) as status:
+    name = md(upload.name)
+    with st.status(f"Adding {name}…", expanded=True) as status:
         bar = st.progress(0.0, text="Checking the file")
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / Path(upload.name).name
@@ -79,32 +88,48 @@ def ingest_upload(upload) -> None:
                     path,
                     store(),
                     embedder(),
-                    progress=lambda cur, tot, msg: bar.progress(min(cur / max(tot, 1), 1.0), text=msg),
+                    progress=lambda cur, tot, msg: bar.progress(min(cur / max(tot, 1), 1.0), text=md(msg)),
                     doc_name=upload.name,
                 )
             except ingest.IngestError as err:
-                status.update(label=f"{upload.name}: not added", state="error")
-                st.error(str(err))
+                status.update(label=f"{name}: not added", state="error", expanded=False)
+                add_notice(f"**{name}** was not added. {md(err)}")
                 return
         retriever().refresh()
         if config.ENRICH_ENABLED:
             enricher().submit(result.collection)
         note = "already in the library" if result.cached else f"{result.pages} pages, {result.chunks} passages"
         ocr = f", {result.ocr_pages} read by OCR" if result.ocr_pages else ""
-        status.update(label=f"{upload.name}: searchable ({note}{ocr})", state="complete", expanded=False)
+        status.update(label=f"{name}: searchable ({note}{ocr})", state="complete", expanded=False)
+        if result.damaged_pages:
+            add_notice(f"**{name}** is damaged: pages {ingest.page_ranges(result.damaged_pages)} could not be read and were left out.", "warning")
 
 
 def uploads_panel() -> None:
+    """Ingest each file once per upload: Streamlit gives every upload its own id, so the same
+    file uploaded again after a remove, or two files that share a name, are each handled."""
     uploads = st.sidebar.file_uploader(
         "Add PDFs", type=["pdf"], accept_multiple_files=True, help=f"Up to {config.MAX_FILE_MB} MB each"
     )
-    done = st.session_state.setdefault("ingested_uploads", set())
+    handled = st.session_state.setdefault("handled_uploads", set())
     for upload in uploads or []:
-        key = (upload.name, upload.size)
-        if key not in done:
+        if upload.file_id not in handled:
+            handled.add(upload.file_id)  # first: a refused file is reported once, not retried on every rerun
             with st.sidebar:
                 ingest_upload(upload)
-            done.add(key)
+
+
+def add_notice(markdown: str, kind: str = "error") -> None:
+    """A problem the person must read (``kind`` "error" or "warning"): shown in the sidebar until dismissed."""
+    st.session_state.setdefault("notices", {})[uuid.uuid4().hex] = (kind, markdown)
+
+
+def notices_panel() -> None:
+    for key, (kind, text) in list(st.session_state.get("notices", {}).items()):
+        getattr(st.sidebar, kind)(text)
+        if st.sidebar.button("Dismiss", key=f"dismiss-{key}"):
+            del st.session_state.notices[key]
+            st.rerun()
 
 
 def labels_missing(doc: dict) -> bool:
@@ -115,16 +140,19 @@ def document_card(doc: dict, labelling: ingest.EnrichmentProgress | None) -> Non
     """One library entry: name, counts, labelling state, and a remove button."""
     name_col, remove_col = st.columns([5, 1])
     facts = f"{doc['pages']} pages · {doc['chunks']} passages · {doc['ocr_pages']} OCR"
-    name_col.markdown(f"**{doc['doc_name']}**  \n{facts}")
+    name_col.markdown(f"**{md(doc['doc_name'])}**  \n{facts}")
     if labelling is not None and labelling.state in ("queued", "labelling"):
         share = labelling.done / labelling.total if labelling.total else 0.0
         name_col.progress(share, text=f"Page labels: {labelling.done}/{labelling.total or '?'}")
     elif labelling is not None and labelling.state == "failed":
-        name_col.caption(f"Page labels stopped: {labelling.message}")
+        name_col.caption(f"Page labels stopped: {md(labelling.message)}")
     elif not labels_missing(doc):
         name_col.caption("Page labels: done")
     if remove_col.button("", icon=":material/delete:", key=f"rm-{doc['collection']}", help="Remove from library"):
-        ingest.delete_document(store(), doc["collection"])
+        try:
+            ingest.delete_document(store(), doc["collection"])
+        except ingest.IngestError as err:  # removed but not purged, or the server went away
+            add_notice(md(err), "warning")
         retriever().refresh()
         st.rerun()
 
@@ -154,9 +182,9 @@ def model_status() -> None:
     try:
         label = models.chat_model_label(chat_model())
     except models.ModelUnavailableError as err:
-        st.sidebar.error(str(err))
+        st.sidebar.error(md(err))
         return
-    st.sidebar.caption(f"Model: {label} · embeddings: {models.embedder_name(embedder())}")
+    st.sidebar.caption(f"Model: {md(label)} · embeddings: {md(models.embedder_name(embedder()))}")
     if label.startswith("embedded") and models.ollama_models() is None:
         st.sidebar.caption(f"Ollama: not reachable at `{config.OLLAMA_BASE_URL}`")
 
@@ -165,6 +193,7 @@ def sidebar() -> tuple[list[str] | None, int, bool]:
     """Draw the sidebar; return the scope (None: all documents), top-k and whether to show traces."""
     st.sidebar.header("Your documents")
     uploads_panel()
+    notices_panel()
     busy = any(p.state in ("queued", "labelling") for p in labelling_progress().values())
     with st.sidebar:
         st.fragment(library_panel, run_every=3 if busy else None)()
@@ -184,8 +213,9 @@ def sidebar() -> tuple[list[str] | None, int, bool]:
 
 
 def chip_label(citation: checker.Citation) -> str:
+    """The chip carries the number the answer's markers use: "[2] report.pdf · p. 7 ✓"."""
     mark = "✓" if citation.verified else "⚠"
-    return f"{citation.doc_name} · p. {citation.page} {mark}" + (" (inferred)" if citation.inferred else "")
+    return f"\\[{citation.number}\\] {md(citation.doc_name)} · p. {citation.page} {mark}" + (" (inferred)" if citation.inferred else "")
 
 
 def source_for(answer: qa.Answer, citation: checker.Citation) -> Hit | None:
@@ -199,15 +229,15 @@ def show_citation(answer: qa.Answer, citation: checker.Citation) -> None:
         st.warning(f"Page {citation.page} was not among the passages the model was shown.")
         return
     text_col, page_col = st.columns([2, 3])
-    text_col.markdown(f"> {hit.text}")
+    text_col.container(border=True).markdown(passage_md(hit.text))
     if hit.title:
-        text_col.caption(f"Page title: {hit.title}")
+        text_col.caption(f"Page title: {md(hit.title)}")
     pdf = ingest.kept_pdf_path(hit.collection)
     if not pdf.exists():
         page_col.info("This document is no longer in the library, so its page cannot be shown.")
         return
     png = preview.render_page(pdf, hit.page, hit.start, hit.end, hit.ocr_boxes or None)
-    page_col.image(png, caption=f"{hit.doc_name}, page {hit.page}", width="stretch")
+    page_col.image(png, caption=f"{md(hit.doc_name)}, page {hit.page}", width="stretch")
 
 
 def trace_rows(answer: qa.Answer) -> list[dict]:
@@ -232,16 +262,20 @@ def show_answer_details(answer: qa.Answer, key: str, show_trace: bool) -> None:
         if chosen:
             show_citation(answer, citations[labels.index(chosen)])
     for sentence in answer.sentences:
-        if sentence.supported is False:
-            st.caption(f"⚠ *Not backed by the cited page:* {sentence.text}")
+        if sentence.supported is False and sentence.citations:
+            st.caption(f"⚠ *Not backed by the cited page:* {md(sentence.text)}")
+        elif sentence.supported is False:
+            st.caption(f"*No passage backs:* {md(sentence.text)}")
     if answer.confidence is not None:
         st.caption(f"Confidence: {answer.confidence:.0%} of checked sentences are supported")
+    elif answer.sentences and not answer.refused:
+        st.caption("Citations not checked: no sentence was long enough to judge")
     if answer.rewritten_query:
-        st.caption(f"Searched for: *{answer.rewritten_query}*")
+        st.caption(f"Searched for: *{md(answer.rewritten_query)}*")
     if answer.refused and answer.sources:
         st.caption("Nearest passages:")
         for h in answer.sources:
-            st.caption(f"`{h.doc_name} · p. {h.page}` {h.text[:200]}")
+            st.caption(f"**{md(h.doc_name)} · p. {h.page}** {md(h.text[:200])}")
     if show_trace and answer.sources:
         st.dataframe(trace_rows(answer), hide_index=True)
 
@@ -249,9 +283,9 @@ def show_answer_details(answer: qa.Answer, key: str, show_trace: bool) -> None:
 def show_message(index: int, message: dict, show_trace: bool) -> None:
     with st.chat_message(message["role"]):
         if message.get("error"):
-            st.error(message["error"])
+            st.error(md(message["error"]))
             return
-        st.markdown(message["content"])
+        st.markdown(md(message["content"]))
         if "answer" in message:
             show_answer_details(message["answer"], str(index), show_trace)
 
@@ -261,14 +295,18 @@ def answer_now(question: str, history: list[tuple[str, str]], scope, k: int) -> 
 
     Any failure becomes a message in the chat, so the conversation so far survives it.
     """
+    status = st.empty()  # what is happening while the person waits: searching, reading, writing
     try:
-        stream = qa.ask(question, retriever(), llm=chat_model(), history=history, scope=scope, k=k)
-        st.write_stream(stream)
+        stream = qa.ask(question, retriever(), llm=chat_model(), history=history, scope=scope, k=k,
+                        on_stage=lambda text: status.caption(text))
+        st.write_stream(md_stream(stream))
     except (models.ModelUnavailableError, ingest.IngestError) as err:
         return {"role": "assistant", "content": "", "error": str(err)}
     except Exception as err:  # e.g. Ollama's embedder gone mid-search: say so, keep the chat
         log.exception("Answering failed")
         return {"role": "assistant", "content": "", "error": models.explain_failure(err)}
+    finally:
+        status.empty()
     return {"role": "assistant", "content": stream.result.text, "answer": stream.result}
 
 
@@ -276,7 +314,7 @@ def main() -> None:
     try:
         scope, k, show_trace = sidebar()
     except ingest.StoreUnavailableError as err:  # a CHROMA_HOST server that is down: say how to fix it
-        st.error(str(err))
+        st.error(md(err))
         return
     st.title("Chat with your PDFs")
     messages = st.session_state.setdefault("messages", [])
@@ -294,7 +332,7 @@ def main() -> None:
     with st.chat_message("assistant"):
         reply = answer_now(question, history, scope, k)
         if reply.get("error"):
-            st.error(reply["error"])
+            st.error(md(reply["error"]))
         else:
             show_answer_details(reply["answer"], str(len(messages)), show_trace)
     messages.append(reply)
