@@ -119,7 +119,7 @@ def parse_question(text: str) -> ParsedQuestion:
     for i, part in enumerate(asked):  # "What was capex (in USD millions)?": the aside is an instruction too
         asides = [inner for inner in _PARENTHESES.findall(part) if _INSTRUCTION.search(inner)]
         instructions += [f"({inner})" for inner in asides]
-        asked[i] = _PARENTHESES.sub(lambda m: "" if m.group(1) in asides else m.group(0), part)
+        asked[i] = _PARENTHESES.sub(lambda m, asides=asides: "" if m.group(1) in asides else m.group(0), part)
     if not any(part.endswith("?") for part in asked):  # no question mark left: an imperative request, search it whole
         asked, instructions = parts or [text], []
     return ParsedQuestion(

@@ -40,7 +40,13 @@ import config
 import ingest
 import models
 from question import STATEMENT_NAMES, parse_question, year_wordings, years_named
-from routing import DocumentProfile, distinctive_words, document_profile, initials, route
+from routing import (
+    DocumentProfile,
+    distinctive_words,
+    document_profile,
+    initials,
+    route,
+)
 
 log = logging.getLogger(__name__)
 

@@ -49,8 +49,8 @@ def test_the_answer_prompt_gets_the_question_then_its_instructions():
 
 def filing(company: str, year: str) -> list[str]:
     return [
-        f"UNITED STATES SECURITIES AND EXCHANGE COMMISSION\nFORM 10-K\nFor the fiscal year ended August 29, {year}\n"
-        f"{company}\n(Exact name of registrant as specified in its charter)",
+        (f"UNITED STATES SECURITIES AND EXCHANGE COMMISSION\nFORM 10-K\nFor the fiscal year ended August 29, {year}\n"
+         f"{company}\n(Exact name of registrant as specified in its charter)"),
         f"Item 1. Business. {company} operates stores. Fiscal {year} net sales rose.",
     ]
 

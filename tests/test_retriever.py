@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import write_text_pdf
 from rank_bm25 import BM25Okapi
 
 import ingest
-from conftest import write_text_pdf
 from eval_retrieval import abbreviate_names, perturb, reword_years, split_questions
 from question import parse_question
 from retriever import Retriever, SparseBM25, page_references, rrf, tokenize
@@ -282,12 +282,12 @@ def test_eval_script_runs_end_to_end_and_writes_every_metric(tmp_path):
 def write_filing(path: Path, company: str) -> Path:
     """A small annual report: cover, a business page, and the three statements (same boilerplate in every filing)."""
     return write_text_pdf(path, [
-        f"FORM 10-K\nAnnual report for the fiscal year ended December 31, 2021\n{company}\n"
-        "(Exact name of registrant as specified in its charter)",
-        f"Item 1. Business. {company} designs, builds and sells outdoor equipment through its own stores. "
-        "Equity research analysts who follow the company state that gross margin is a useful metric for it.",
-        "CONSOLIDATED STATEMENTS OF CASH FLOWS\n(in millions)\nNet cash provided by operating activities 1,204\n"
-        "Purchases of property and equipment (capital expenditures) (310)",
+        (f"FORM 10-K\nAnnual report for the fiscal year ended December 31, 2021\n{company}\n"
+         "(Exact name of registrant as specified in its charter)"),
+        (f"Item 1. Business. {company} designs, builds and sells outdoor equipment through its own stores. "
+         "Equity research analysts who follow the company state that gross margin is a useful metric for it."),
+        ("CONSOLIDATED STATEMENTS OF CASH FLOWS\n(in millions)\nNet cash provided by operating activities 1,204\n"
+         "Purchases of property and equipment (capital expenditures) (310)"),
         "CONSOLIDATED BALANCE SHEETS\n(in millions)\nTotal assets 9,870\nTotal liabilities 5,120",
         "CONSOLIDATED STATEMENTS OF INCOME\n(in millions)\nRevenues 12,400\nNet income 1,050",
     ])
