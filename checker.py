@@ -45,6 +45,9 @@ _ABBREVIATIONS = set(
 )
 
 
+_INITIALS = re.compile(r"(?:[A-Z]\.)*[A-Z]")  # "R.A" of "Mr. R.A. Shah": a name goes on
+
+
 def parse_citations(text: str) -> list[int]:
     """Source numbers cited in ``text``, in order, without repeats.
 
@@ -65,7 +68,8 @@ def strip_markers(text: str) -> str:
 def _ends_sentence(line: str, start: int, match: re.Match) -> bool:
     """Is this period (or ! or ?) a sentence end, not an abbreviation or a decimal-like break?"""
     words = line[start : match.start()].split()
-    if match.group(0).startswith(".") and words and words[-1].lower().rstrip(".") in _ABBREVIATIONS:
+    last = words[-1].rstrip(".") if words else ""
+    if match.group(0).startswith(".") and (last.lower() in _ABBREVIATIONS or _INITIALS.fullmatch(last)):
         return False
     following = line[match.end() :].lstrip()[:1]
     return not following.islower()
@@ -263,14 +267,15 @@ def support_scores(sentence: str, sources: list[Hit], sentence_vec, source_vecs,
     divided by its threshold, so >= 1 means supported; 0 when the sentence has a detail the source
     cannot back (``unbacked_detail``): similar wording is no support for a figure the passage lacks."""
     claim = strip_markers(sentence)
-    words, asked = set(tokenize(claim)), set(tokenize(question))
+    words = set(tokenize(claim))
+    subject = {w for name in names_in(question) for w in tokenize(name)} | years_in(question)  # "Ulta Beauty", "FY2023"
     scores = []
     for hit, vec in zip(sources, source_vecs):
         if unbacked_detail(claim, hit.text, question):
             scores.append(0.0)
             continue
         passage_words = set(tokenize(hit.text))
-        needed = words - (asked - passage_words)  # the question's subject need not be repeated by the passage
+        needed = words - (subject - passage_words)  # the question's subject need not be repeated by the passage
         overlap = len(needed & passage_words) / len(needed) if len(needed) >= 2 else 0.0
         similarity = float(np.dot(sentence_vec, vec))
         scores.append(max(overlap / config.SUPPORT_MIN_OVERLAP, similarity / config.SUPPORT_MIN_SIMILARITY))

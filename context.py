@@ -106,12 +106,12 @@ def window(page: Page, seed: int, size: int) -> list[int]:
 
 def with_table_header(page: Page, chosen: set[int]) -> set[int]:
     """Add the header row of every Markdown table a chosen row belongs to (the first row of its block)."""
-    rows = lambda i: _TABLE_ROW.match(page.text[slice(*page.units[i])])  # noqa: E731
+    is_row = [bool(_TABLE_ROW.match(page.text[s:e])) for s, e in page.units]
     extra = set()
     for i in chosen:
-        if rows(i):
+        if is_row[i]:
             head = i
-            while head > 0 and rows(head - 1):
+            while head > 0 and is_row[head - 1]:
                 head -= 1
             extra.add(head)
     return chosen | extra

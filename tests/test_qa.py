@@ -39,6 +39,8 @@ def test_parse_citations_and_sentences_worked_examples():
     assert checker.split_sentences("It rained. [1] Then it snowed [2].") == ["It rained. [1]", "Then it snowed [2]."]
     assert checker.split_sentences("Funds were Rs. 1,039 million, see Fig. 3 [2]. Then e.g. this.\n- a [1]") == [
         "Funds were Rs. 1,039 million, see Fig. 3 [2].", "Then e.g. this.", "- a [1]"]
+    assert checker.split_sentences("The directors are Mr. R.A. Shah and Mr. C.M. Maniar [1]. Then it rained.") == [
+        "The directors are Mr. R.A. Shah and Mr. C.M. Maniar [1].", "Then it rained."]
 
 
 def test_question_intent_and_answer_shape_rules():
