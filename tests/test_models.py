@@ -62,19 +62,17 @@ def test_background_json_replies_parse_and_yield_to_a_question(llm):
     labeller = models.for_background_json(llm, 300, schema)
     reply = labeller.invoke([HumanMessage("Give a title for a page about lighthouses.")])
     assert json.loads(reply.content)["title"]
-    asked = threading.Event()
 
-    def ask_meanwhile() -> None:
+    def ask_once_the_reply_is_under_way() -> None:
+        while not models._REPLIES:  # the labeller's call has reached llama.cpp
+            time.sleep(0.01)
         with models.QUESTIONS.asking():
-            asked.set()
             time.sleep(1.0)  # the question holds the model long enough for the labeller to notice
 
     counting = models.for_background_json(llm, 300, {"type": "object", "properties": {"numbers": {"type": "array", "items": {"type": "integer"}}}})
     stream = counting.stream([HumanMessage("Reply with the numbers from 1 to 150 as JSON.")])
-    next(stream)
-    thread = threading.Thread(target=ask_meanwhile)
+    thread = threading.Thread(target=ask_once_the_reply_is_under_way)
     thread.start()
-    asked.wait()
     with pytest.raises(models.YieldedToQuestion):
         list(stream)
     thread.join()
