@@ -245,6 +245,7 @@ def read_page(page: pymupdf.Page, running: frozenset[str] = frozenset()) -> Page
 #   -> page text, every line or cell remembering its box (so highlighting maps back to the page)
 
 CURRENCY = {"$", "€", "£", "¥", "US$"}
+CLOSING = {"%", ")", "%)"}
 
 
 @dataclass
@@ -321,18 +322,20 @@ def visual_rows(lines: list[TextLine]) -> list[list[TextLine]]:
 
 
 def segments(row: list[TextLine]) -> list[list[tuple]]:
-    """A row's words cut into cells at gaps wider than LAYOUT_CELL_GAP line heights; a lone currency
-    sign stays with the number after it.
+    """A row's words cut into cells at gaps wider than LAYOUT_CELL_GAP line heights. Financial
+    tables set "$" and "%" apart from their number: a currency sign starts a cell and keeps the
+    number after it, a lone "%" or ")" after a number stays with it.
 
-    Words "Net", "sales", "$", "3,226.8" with a wide gap after "sales" and after "$" -> [[Net, sales], [$, 3,226.8]]
+    Words "Net", "sales", "$", "3,226.8", "%" far apart -> [[Net, sales], [$, 3,226.8, %]]
     """
     words = sorted((w for line in row for w in line.words), key=lambda w: w[0])
     cells = [[words[0]]]
     for word in words[1:]:
         last = cells[-1][-1]
-        gap = word[0] - last[2]
-        wide = gap > config.LAYOUT_CELL_GAP * (last[3] - last[1])
-        if wide and not (len(cells[-1]) == 1 and last[4] in CURRENCY):
+        wide = word[0] - last[2] > config.LAYOUT_CELL_GAP * (last[3] - last[1])
+        if (word[4] in CLOSING and last[4][-1:].isdigit()) or (len(cells[-1]) == 1 and last[4] in CURRENCY):
+            cells[-1].append(word)
+        elif wide or word[4] in CURRENCY:
             cells.append([word])
         else:
             cells[-1].append(word)
