@@ -524,13 +524,21 @@ def find_tables_text(page: pymupdf.Page, plain: str) -> str:
     return "\n".join(text.strip() for _, text in sorted(items, key=lambda i: i[0]))
 
 
-def pymupdf4llm_text(page: pymupdf.Page, plain: str, layout: bool = False) -> str:
-    """pymupdf4llm's Markdown of the page (with ``layout``: pymupdf-layout's model finds the regions)."""
+@lru_cache(maxsize=2)
+def _pymupdf4llm_pages(path: str, layout: bool) -> list[str]:
+    """pymupdf4llm's Markdown of every page of the PDF at ``path`` (it reads a whole document at a
+    time: called page by page it re-analyses the document each time)."""
     import pymupdf4llm  # imported only when chosen: importing it switches PyMuPDF's layout model on or off
 
     pymupdf4llm.use_layout(layout)
-    chunks = pymupdf4llm.to_markdown(page.parent, pages=[page.number], page_chunks=True, show_progress=False, use_ocr=False)
-    return chunks[0]["text"].strip() or plain
+    with pymupdf.open(path) as doc:
+        chunks = pymupdf4llm.to_markdown(doc, page_chunks=True, show_progress=False, use_ocr=False)
+    return [c["text"].strip() for c in chunks]
+
+
+def pymupdf4llm_text(page: pymupdf.Page, plain: str, layout: bool = False) -> str:
+    """pymupdf4llm's Markdown of the page (with ``layout``: pymupdf-layout's model finds the regions)."""
+    return _pymupdf4llm_pages(page.parent.name, layout)[page.number] or plain
 
 
 MEASURED_EXTRACTORS: dict[str, Callable[[pymupdf.Page, str], str]] = {
