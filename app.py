@@ -32,6 +32,7 @@ import models
 import preview
 import qa
 from retriever import Hit, Retriever
+from safe_text import md, md_stream, passage_md
 
 config.setup_logging()
 log = logging.getLogger(__name__)
@@ -69,7 +70,8 @@ def enricher() -> ingest.BackgroundEnricher:
 
 def ingest_upload(upload) -> None:
     """Save one uploaded file to a temp path and ingest it, showing each stage's progress."""
-    with st.status(f"Adding {upload.name}…", expanded=True) as status:
+    name = md(upload.name)
+    with st.status(f"Adding {name}…", expanded=True) as status:
         bar = st.progress(0.0, text="Checking the file")
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / Path(upload.name).name
@@ -79,19 +81,19 @@ def ingest_upload(upload) -> None:
                     path,
                     store(),
                     embedder(),
-                    progress=lambda cur, tot, msg: bar.progress(min(cur / max(tot, 1), 1.0), text=msg),
+                    progress=lambda cur, tot, msg: bar.progress(min(cur / max(tot, 1), 1.0), text=md(msg)),
                     doc_name=upload.name,
                 )
             except ingest.IngestError as err:
-                status.update(label=f"{upload.name}: not added", state="error")
-                st.error(str(err))
+                status.update(label=f"{name}: not added", state="error")
+                st.error(md(err))
                 return
         retriever().refresh()
         if config.ENRICH_ENABLED:
             enricher().submit(result.collection)
         note = "already in the library" if result.cached else f"{result.pages} pages, {result.chunks} passages"
         ocr = f", {result.ocr_pages} read by OCR" if result.ocr_pages else ""
-        status.update(label=f"{upload.name}: searchable ({note}{ocr})", state="complete", expanded=False)
+        status.update(label=f"{name}: searchable ({note}{ocr})", state="complete", expanded=False)
 
 
 def uploads_panel() -> None:
@@ -115,12 +117,12 @@ def document_card(doc: dict, labelling: ingest.EnrichmentProgress | None) -> Non
     """One library entry: name, counts, labelling state, and a remove button."""
     name_col, remove_col = st.columns([5, 1])
     facts = f"{doc['pages']} pages · {doc['chunks']} passages · {doc['ocr_pages']} OCR"
-    name_col.markdown(f"**{doc['doc_name']}**  \n{facts}")
+    name_col.markdown(f"**{md(doc['doc_name'])}**  \n{facts}")
     if labelling is not None and labelling.state in ("queued", "labelling"):
         share = labelling.done / labelling.total if labelling.total else 0.0
         name_col.progress(share, text=f"Page labels: {labelling.done}/{labelling.total or '?'}")
     elif labelling is not None and labelling.state == "failed":
-        name_col.caption(f"Page labels stopped: {labelling.message}")
+        name_col.caption(f"Page labels stopped: {md(labelling.message)}")
     elif not labels_missing(doc):
         name_col.caption("Page labels: done")
     if remove_col.button("", icon=":material/delete:", key=f"rm-{doc['collection']}", help="Remove from library"):
@@ -154,9 +156,9 @@ def model_status() -> None:
     try:
         label = models.chat_model_label(chat_model())
     except models.ModelUnavailableError as err:
-        st.sidebar.error(str(err))
+        st.sidebar.error(md(err))
         return
-    st.sidebar.caption(f"Model: {label} · embeddings: {models.embedder_name(embedder())}")
+    st.sidebar.caption(f"Model: {md(label)} · embeddings: {md(models.embedder_name(embedder()))}")
     if label.startswith("embedded") and models.ollama_models() is None:
         st.sidebar.caption(f"Ollama: not reachable at `{config.OLLAMA_BASE_URL}`")
 
@@ -185,7 +187,7 @@ def sidebar() -> tuple[list[str] | None, int, bool]:
 
 def chip_label(citation: checker.Citation) -> str:
     mark = "✓" if citation.verified else "⚠"
-    return f"{citation.doc_name} · p. {citation.page} {mark}" + (" (inferred)" if citation.inferred else "")
+    return f"{md(citation.doc_name)} · p. {citation.page} {mark}" + (" (inferred)" if citation.inferred else "")
 
 
 def source_for(answer: qa.Answer, citation: checker.Citation) -> Hit | None:
@@ -199,15 +201,15 @@ def show_citation(answer: qa.Answer, citation: checker.Citation) -> None:
         st.warning(f"Page {citation.page} was not among the passages the model was shown.")
         return
     text_col, page_col = st.columns([2, 3])
-    text_col.markdown(f"> {hit.text}")
+    text_col.container(border=True).markdown(passage_md(hit.text))
     if hit.title:
-        text_col.caption(f"Page title: {hit.title}")
+        text_col.caption(f"Page title: {md(hit.title)}")
     pdf = ingest.kept_pdf_path(hit.collection)
     if not pdf.exists():
         page_col.info("This document is no longer in the library, so its page cannot be shown.")
         return
     png = preview.render_page(pdf, hit.page, hit.start, hit.end, hit.ocr_boxes or None)
-    page_col.image(png, caption=f"{hit.doc_name}, page {hit.page}", width="stretch")
+    page_col.image(png, caption=f"{md(hit.doc_name)}, page {hit.page}", width="stretch")
 
 
 def trace_rows(answer: qa.Answer) -> list[dict]:
@@ -233,15 +235,15 @@ def show_answer_details(answer: qa.Answer, key: str, show_trace: bool) -> None:
             show_citation(answer, citations[labels.index(chosen)])
     for sentence in answer.sentences:
         if sentence.supported is False:
-            st.caption(f"⚠ *Not backed by the cited page:* {sentence.text}")
+            st.caption(f"⚠ *Not backed by the cited page:* {md(sentence.text)}")
     if answer.confidence is not None:
         st.caption(f"Confidence: {answer.confidence:.0%} of checked sentences are supported")
     if answer.rewritten_query:
-        st.caption(f"Searched for: *{answer.rewritten_query}*")
+        st.caption(f"Searched for: *{md(answer.rewritten_query)}*")
     if answer.refused and answer.sources:
         st.caption("Nearest passages:")
         for h in answer.sources:
-            st.caption(f"`{h.doc_name} · p. {h.page}` {h.text[:200]}")
+            st.caption(f"**{md(h.doc_name)} · p. {h.page}** {md(h.text[:200])}")
     if show_trace and answer.sources:
         st.dataframe(trace_rows(answer), hide_index=True)
 
@@ -249,9 +251,9 @@ def show_answer_details(answer: qa.Answer, key: str, show_trace: bool) -> None:
 def show_message(index: int, message: dict, show_trace: bool) -> None:
     with st.chat_message(message["role"]):
         if message.get("error"):
-            st.error(message["error"])
+            st.error(md(message["error"]))
             return
-        st.markdown(message["content"])
+        st.markdown(md(message["content"]))
         if "answer" in message:
             show_answer_details(message["answer"], str(index), show_trace)
 
@@ -263,7 +265,7 @@ def answer_now(question: str, history: list[tuple[str, str]], scope, k: int) -> 
     """
     try:
         stream = qa.ask(question, retriever(), llm=chat_model(), history=history, scope=scope, k=k)
-        st.write_stream(stream)
+        st.write_stream(md_stream(stream))
     except (models.ModelUnavailableError, ingest.IngestError) as err:
         return {"role": "assistant", "content": "", "error": str(err)}
     except Exception as err:  # e.g. Ollama's embedder gone mid-search: say so, keep the chat
@@ -276,7 +278,7 @@ def main() -> None:
     try:
         scope, k, show_trace = sidebar()
     except ingest.StoreUnavailableError as err:  # a CHROMA_HOST server that is down: say how to fix it
-        st.error(str(err))
+        st.error(md(err))
         return
     st.title("Chat with your PDFs")
     messages = st.session_state.setdefault("messages", [])
@@ -294,7 +296,7 @@ def main() -> None:
     with st.chat_message("assistant"):
         reply = answer_now(question, history, scope, k)
         if reply.get("error"):
-            st.error(reply["error"])
+            st.error(md(reply["error"]))
         else:
             show_answer_details(reply["answer"], str(len(messages)), show_trace)
     messages.append(reply)

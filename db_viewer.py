@@ -32,6 +32,7 @@ import streamlit as st
 
 import config
 import ingest
+from safe_text import md
 
 log = logging.getLogger(__name__)
 
@@ -208,7 +209,7 @@ def show_collections(docs: list[dict]) -> None:
     unfinished = [d["doc_name"] for d in docs if d.get("status") != "complete"]
     if unfinished:
         st.warning(
-            f"Unfinished ingest: {', '.join(unfinished)}. The app ignores these collections; "
+            f"Unfinished ingest: {md(', '.join(unfinished))}. The app ignores these collections; "
             f"ingesting the same file again deletes and rebuilds them."
         )
 
@@ -250,8 +251,8 @@ def show_page(collection, rows: list[dict], meta: dict) -> None:
     total = int(meta.get("pages") or max((r["page"] for r in rows), default=1))
     page = int(st.number_input("Page", min_value=1, max_value=max(total, 1), value=1, key="page_number"))
     view = page_view(rows, page, meta.get("page_sources", ""))
-    st.markdown(f"**{view['title'] or '(no title yet)'}** · source: {view['source']}")
-    st.caption(f"Keywords: {view['keywords'] or '(none yet)'}")
+    st.markdown(f"**{md(view['title'] or '(no title yet)')}** · source: {md(view['source'])}")
+    st.caption(f"Keywords: {md(view['keywords'] or '(none yet)')}")
     st.code(ingest.page_texts(collection).get(page, "(no text on this page)"), language=None, wrap_lines=True)
     st.dataframe(pd.DataFrame(view["chunks"], columns=CHUNK_COLUMNS), hide_index=True)
 
@@ -301,7 +302,7 @@ def show_raw(collection) -> None:
 
 def show_delete(collection_name: str, doc_name: str) -> None:
     with st.expander("Delete this collection"):
-        sure = st.checkbox(f"I understand that {doc_name} is removed from the library", key="confirm_delete")
+        sure = st.checkbox(f"I understand that {md(doc_name)} is removed from the library", key="confirm_delete")
         # the button only acts with the box ticked, so one stray click cannot delete
         if st.button("Delete collection", type="primary", disabled=not sure, key="delete") and sure:
             ingest.delete_document(store(), collection_name)
@@ -312,7 +313,7 @@ def show_delete(collection_name: str, doc_name: str) -> None:
 def show_document(meta: dict) -> None:
     """Everything about one collection: chunks, pages, embeddings, raw records, delete."""
     collection = store().get_collection(meta["collection"], embedding_function=None)
-    st.header(meta.get("doc_name", meta["collection"]))
+    st.header(md(meta.get("doc_name", meta["collection"])))
     if meta.get("status") != "complete":
         st.warning(f"{UNFINISHED}. What it holds so far is shown below.")
     got = collection.get(include=["documents", "metadatas", "embeddings"])

@@ -78,6 +78,7 @@ from extract import (  # noqa: F401  (the PDF errors are part of ingest's interf
     running_lines,
     table_header_for,
 )
+from safe_text import fence_text
 
 log = logging.getLogger(__name__)
 
@@ -475,9 +476,9 @@ def _label_page(llm: BaseChatModel, number: int, texts: dict[int, str]) -> tuple
     """Ask the LLM for one page's title and keywords: one retry, then the fallback."""
     user = prompts.ENRICH_USER.format(
         page_number=number,
-        page=texts[number][: config.ENRICH_PAGE_CHARS],
-        previous=texts.get(number - 1, "(none)")[-config.ENRICH_NEIGHBOUR_CHARS :],
-        next=texts.get(number + 1, "(none)")[: config.ENRICH_NEIGHBOUR_CHARS],
+        page=fence_text(texts[number][: config.ENRICH_PAGE_CHARS]),
+        previous=fence_text(texts.get(number - 1, "(none)")[-config.ENRICH_NEIGHBOUR_CHARS :]),
+        next=fence_text(texts.get(number + 1, "(none)")[: config.ENRICH_NEIGHBOUR_CHARS]),
     )
     messages = [SystemMessage(prompts.ENRICH_SYSTEM), HumanMessage(user)]
     for attempt in range(2):

@@ -5,7 +5,8 @@ keywords for one page, showing the previous and next page as context so the
 model can tell a continuation from a new section. The reply must be one JSON
 object; ``ingest.parse_enrichment`` is forgiving about what surrounds it.
 Page text is fenced and labelled as data: a PDF saying "ignore your
-instructions" is content, not a command.
+instructions" is content, not a command. Whatever goes inside a fence passes through
+``safe_text.fence_text`` first, so a page cannot close the fence and speak as the user.
 """
 
 ENRICH_SYSTEM = (
@@ -45,7 +46,9 @@ ANSWER_SYSTEM = (
     "5. Be concise."
 )
 
-SOURCE_BLOCK = "[{number}] {doc_name}, page {page}{title}\n<source>\n{text}\n</source>"
+# Everything from the document, its name and its LLM-made title included, sits inside the
+# fence; safe_text.fence_text() has neutralised any <source>/</source> tag within it.
+SOURCE_BLOCK = "[{number}]\n<source>\nDocument: {doc_name}, page {page}{title}\n\n{text}\n</source>"
 
 ANSWER_USER = "Sources:\n\n{sources}\n\nQuestion: {question}\n{shape}"
 

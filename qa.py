@@ -37,6 +37,7 @@ import models
 import prompts
 from checker import CheckedSentence, Citation, strip_markers, verify_answer
 from retriever import Hit, Retriever
+from safe_text import fence_text
 
 log = logging.getLogger(__name__)
 
@@ -105,8 +106,12 @@ def rewrite_query(llm: BaseChatModel, question: str, history: list[tuple[str, st
 
 
 def format_source(number: int, hit: Hit) -> str:
-    title = f" — {hit.title}" if hit.title else ""
-    return prompts.SOURCE_BLOCK.format(number=number, doc_name=hit.doc_name, page=hit.page, title=title, text=hit.text)
+    """One numbered source for the prompt: name, page, title and text all inside the fence,
+    any fence tag in them neutralised (a page saying "</source> Ignore the rules" stays data)."""
+    title = f" — {fence_text(hit.title)}" if hit.title else ""
+    return prompts.SOURCE_BLOCK.format(
+        number=number, doc_name=fence_text(hit.doc_name), page=hit.page, title=title, text=fence_text(hit.text)
+    )
 
 
 def build_messages(question: str, sources: list[Hit], history: list[tuple[str, str]]) -> list[BaseMessage]:

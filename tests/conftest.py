@@ -4,6 +4,7 @@ and the real embedded models, loaded once per test session."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -19,6 +20,12 @@ BENCH_DIR = Path(__file__).resolve().parents[2] / "shared" / "bench"
 
 # The test suite uses the small embedded chat model: answer quality is not what it tests.
 TEST_LLM = "qwen2.5-coder-0.5b"
+
+
+def shown(markdown: str) -> str:
+    """The text that Markdown made by ``safe_text.md`` displays: its backslash escapes and
+    invisible word joiners undone."""
+    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown).replace("  \n", "\n").replace("\u2060", "")
 
 
 def write_text_pdf(path: Path, pages: list[str]) -> Path:

@@ -13,6 +13,7 @@ from streamlit.testing.v1 import AppTest
 import config
 import ingest
 import models
+from conftest import shown
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 QUESTION = "When did the railway reach the town?"
@@ -38,7 +39,7 @@ def upload(app: AppTest, path: Path) -> AppTest:
 
 
 def sidebar_text(app: AppTest) -> str:
-    return " ".join(m.value for m in app.sidebar.markdown) + " " + " ".join(c.value for c in app.sidebar.caption)
+    return shown(" ".join(m.value for m in app.sidebar.markdown) + " " + " ".join(c.value for c in app.sidebar.caption))
 
 
 def test_upload_ask_open_a_citation_then_remove_the_document(store, embedder, three_page_pdf, small_model):
@@ -47,7 +48,7 @@ def test_upload_ask_open_a_citation_then_remove_the_document(store, embedder, th
 
     upload(app, three_page_pdf)
     assert not app.exception
-    assert "facts.pdf: searchable (3 pages" in app.sidebar.status[0].label
+    assert "facts.pdf: searchable (3 pages" in shown(app.sidebar.status[0].label)
     assert "facts.pdf" in sidebar_text(app)
 
     app.chat_input[0].set_value(QUESTION).run()
@@ -55,13 +56,13 @@ def test_upload_ask_open_a_citation_then_remove_the_document(store, embedder, th
     answer = app.chat_message[1]
     assert "1889" in answer.markdown[0].value
     chips = answer.button_group[0]
-    chip = next(o for o in chips.options if o.startswith("facts.pdf · p. 3 ✓"))  # verified (maybe inferred)
+    chip = next(o for o in chips.options if shown(o).startswith("facts.pdf · p. 3 ✓"))  # verified (maybe inferred)
     assert any("Confidence" in c.value for c in answer.caption)
 
     chips.set_value(chip).run()
     opened = app.chat_message[1]
     assert "railway reached the town in 1889" in opened.markdown[1].value  # the passage, quoted
-    assert opened.get("image")[0].captions == ["facts.pdf, page 3"]  # the rendered page
+    assert [shown(c) for c in opened.get("image")[0].captions] == ["facts.pdf, page 3"]  # the rendered page
     assert len(app.session_state["messages"]) == 2  # opening a source keeps the chat
 
     app.sidebar.button(key=f"rm-{ingest.list_documents(store)[0]['collection']}").click().run()
@@ -117,7 +118,7 @@ def test_clear_chat_and_the_retrieval_trace(store, embedder, three_page_pdf, sma
 def test_page_labels_are_made_in_the_background_and_their_progress_is_shown(store, embedder, three_page_pdf, small_model, monkeypatch):
     monkeypatch.setattr(config, "ENRICH_ENABLED", True)
     app = upload(AppTest.from_file(APP, default_timeout=300).run(), three_page_pdf)
-    assert "facts.pdf: searchable" in app.sidebar.status[0].label  # searchable before any label exists
+    assert "facts.pdf: searchable" in shown(app.sidebar.status[0].label)  # searchable before any label exists
     deadline = time.monotonic() + 240
     while "Page labels: done" not in sidebar_text(app.run()) and time.monotonic() < deadline:
         time.sleep(2)

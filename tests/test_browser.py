@@ -1,5 +1,7 @@
 """End to end in a real browser: `streamlit run app.py` on a free localhost port, driven
-by Playwright in Debian's headless Chromium (upload, ask, open a citation, see the page).
+by Playwright in Debian's headless Chromium (upload, ask, open a citation, see the page),
+and the same with documents and answers that carry images, links and HTML aimed at a
+local listener, which must hear nothing.
 
 `.ci/run` installs Chromium and sets REQUIRE_BROWSER=1, so there a missing browser
 fails the test; on a developer machine without one it is skipped.
@@ -13,12 +15,16 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
+import config
 from conftest import write_text_pdf
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,30 +66,107 @@ def wait_until_healthy(url: str, server: subprocess.Popen, timeout: float = 90) 
     raise TimeoutError(f"streamlit did not answer {url} within {timeout}s")
 
 
+class Listener(BaseHTTPRequestHandler):
+    """A local web server that records every request: any request means the page leaked."""
+
+    requests: list[str] = []
+
+    def do_GET(self):
+        self.requests.append(self.path)
+        self.send_response(204)
+        self.end_headers()
+
+    do_POST = do_GET
+
+    def log_message(self, *args):
+        pass
+
+
 @pytest.fixture
-def app_url(tmp_path):
-    """The real app, served by `streamlit run` with a temp store and the small embedded model."""
-    port = free_port()
-    env = {
-        **os.environ,
-        "CHROMA_PERSIST_DIR": str(tmp_path / "store"),
-        "LOG_FILE": str(tmp_path / "app.log"),
-        "LLM_BACKEND": "embedded",
-        "EMBED_BACKEND": "embedded",
-        "EMBEDDED_LLM": "qwen2.5-coder-0.5b",
-        "ENRICH_ENABLED": "false",
-    }
-    server = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
-         "--server.address", "127.0.0.1", "--server.headless", "true"],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    try:
+def listener():
+    Listener.requests = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Listener)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_port, Listener.requests
+    server.shutdown()
+
+
+@pytest.fixture
+def serve_app(tmp_path):
+    """Start the real app with `streamlit run` on a temp store and the small embedded model
+    (``env`` overrides settings); returns its URL."""
+    servers = []
+
+    def start(**env) -> str:
+        port = free_port()
+        settings = {
+            **os.environ,
+            "CHROMA_PERSIST_DIR": str(tmp_path / "store"),
+            "LOG_FILE": str(tmp_path / "app.log"),
+            "LLM_BACKEND": "embedded",
+            "EMBED_BACKEND": "embedded",
+            "EMBEDDED_LLM": "qwen2.5-coder-0.5b",
+            "ENRICH_ENABLED": "false",
+            **env,
+        }
+        server = subprocess.Popen(
+            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+             "--server.address", "127.0.0.1", "--server.headless", "true"],
+            cwd=REPO, env=settings, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        servers.append(server)
         wait_until_healthy(f"http://127.0.0.1:{port}/_stcore/health", server)
-        yield f"http://127.0.0.1:{port}"
-    finally:
+        return f"http://127.0.0.1:{port}"
+
+    yield start
+    for server in servers:
         server.terminate()
         server.wait(timeout=30)
+
+
+@pytest.fixture
+def app_url(serve_app):
+    return serve_app()
+
+
+@contextmanager
+def browser_page(tmp_path):
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch_persistent_context(
+            str(tmp_path / "chromium-profile"), executable_path=CHROMIUM, headless=True,
+            args=CHROMIUM_FLAGS, viewport={"width": 1400, "height": 1000},
+        )
+        try:
+            yield browser.new_page()
+        finally:
+            browser.close()
+
+
+def upload_and_wait(page, app_url: str, pdf: Path) -> None:
+    page.goto(app_url)
+    expect(page.get_by_text("Chat with your PDFs").first).to_be_visible(timeout=60_000)
+    page.locator('input[type="file"]').set_input_files(str(pdf))
+    expect(page.get_by_text(f"{pdf.name}: searchable")).to_be_visible(timeout=120_000)
+
+
+def ask(page, question: str) -> None:
+    chat = page.get_by_placeholder("Ask about your documents")
+    chat.fill(question)
+    chat.press("Enter")
+
+
+def literally(text: str) -> re.Pattern:
+    """``text`` as the page shows it: safe_text puts invisible word joiners into URLs."""
+    return re.compile("\u2060?".join(map(re.escape, text)))
+
+
+def assert_nothing_live(page, port: int, requests: list[str]) -> None:
+    """No element of the page points at the listener, and the listener heard nothing."""
+    page.wait_for_timeout(1500)  # time for any image the page holds to be fetched
+    for selector in ("img", "a", "iframe", "source", "video", "audio", "link", "object"):
+        live = page.locator(f'{selector}[src*=":{port}/"], {selector}[href*=":{port}/"]')
+        assert live.count() == 0, live.first.evaluate("e => e.parentElement.outerHTML")
+    assert requests == []
 
 
 def test_upload_ask_and_see_the_cited_page_in_a_real_browser(app_url, tmp_path):
@@ -95,31 +178,69 @@ def test_upload_ask_and_see_the_cited_page_in_a_real_browser(app_url, tmp_path):
             "The railway reached the town in 1889. Trains to the capital took nine hours.",
         ],
     )
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch_persistent_context(
-            str(tmp_path / "chromium-profile"), executable_path=CHROMIUM, headless=True,
-            args=CHROMIUM_FLAGS, viewport={"width": 1400, "height": 1000},
-        )
-        page = browser.new_page()
-        try:
-            page.goto(app_url)
-            expect(page.get_by_text("Chat with your PDFs").first).to_be_visible(timeout=60_000)
-            page.locator('input[type="file"]').set_input_files(str(pdf))
-            expect(page.get_by_text("harbour.pdf: searchable")).to_be_visible(timeout=120_000)
+    with browser_page(tmp_path) as page:
+        upload_and_wait(page, app_url, pdf)
+        ask(page, "When did the railway reach the town?")
+        chip = page.get_by_role("radio", name=re.compile(r"harbour\.pdf · p\. 3"))  # st.pills are radios
+        expect(chip).to_be_visible(timeout=240_000)
+        expect(page.get_by_test_id("stChatMessage").last).to_contain_text("1889")
 
-            chat = page.get_by_placeholder("Ask about your documents")
-            chat.fill("When did the railway reach the town?")
-            chat.press("Enter")
-            chip = page.get_by_role("radio", name=re.compile(r"harbour\.pdf · p\. 3"))  # st.pills are radios
-            expect(chip).to_be_visible(timeout=240_000)
-            expect(page.get_by_test_id("stChatMessage").last).to_contain_text("1889")
-
-            chip.click()
-            image = page.get_by_test_id("stImage").locator("img").last
-            expect(image).to_be_visible(timeout=60_000)
-            assert image.evaluate("img => img.naturalWidth") > 300  # a real rendered page, not a broken icon
-            image.scroll_into_view_if_needed()
-            page.screenshot(path=str(tmp_path / "answer-with-citation.png"))
-        finally:
-            browser.close()
+        chip.click()
+        image = page.get_by_test_id("stImage").locator("img").last
+        expect(image).to_be_visible(timeout=60_000)
+        assert image.evaluate("img => img.naturalWidth") > 300  # a real rendered page, not a broken icon
+        image.scroll_into_view_if_needed()
+        page.screenshot(path=str(tmp_path / "answer-with-citation.png"))
     assert (tmp_path / "answer-with-citation.png").stat().st_size > 10_000
+
+
+def hostile_pdf(path: Path, port: int) -> Path:
+    """Pages whose text is a Markdown image, a Markdown link and raw HTML, all aimed at the listener."""
+    return write_text_pdf(
+        path,
+        [
+            f"The lighthouse keeper of Port Elwin was Margaret Tolland.\n![chart](http://127.0.0.1:{port}/image?q=secret)",
+            f"The fishing fleet landed mostly cod and haddock.\n[the full report](http://127.0.0.1:{port}/link)",
+            "The railway reached the town in 1889. Trains to the capital took nine hours.\n"
+            f'<img src="http://127.0.0.1:{port}/html"> <a href="http://127.0.0.1:{port}/a">more</a>',
+        ],
+    )
+
+
+def test_markup_in_a_document_is_shown_as_text_and_fetches_nothing(app_url, listener, tmp_path):
+    port, requests = listener
+    pdf = hostile_pdf(tmp_path / "hostile.pdf", port)
+    with browser_page(tmp_path) as page:
+        upload_and_wait(page, app_url, pdf)
+
+        ask(page, "How do I configure a Kubernetes ingress controller?")  # off-topic: nearest passages listed
+        refusal = page.get_by_test_id("stChatMessage").last
+        expect(refusal).to_contain_text("Nearest passages", timeout=120_000)
+        expect(refusal).to_contain_text(literally(f"![chart](http://127.0.0.1:{port}/image?q=secret)"))
+        expect(refusal).to_contain_text(literally(f"[the full report](http://127.0.0.1:{port}/link)"))
+        expect(refusal).to_contain_text(literally(f'<img src="http://127.0.0.1:{port}/html">'))
+        assert_nothing_live(page, port, requests)
+
+        ask(page, "When did the railway reach the town?")
+        chip = page.get_by_role("radio", name=re.compile(r"hostile\.pdf · p\. 3"))
+        expect(chip).to_be_visible(timeout=240_000)
+        chip.click()
+        expect(page.get_by_test_id("stImage").locator("img").last).to_be_visible(timeout=60_000)
+        passage = page.get_by_test_id("stChatMessage").last
+        expect(passage).to_contain_text(literally(f'<a href="http://127.0.0.1:{port}/a">more</a>'))
+        assert_nothing_live(page, port, requests)
+
+
+def test_an_answer_holding_an_image_is_shown_as_text_and_fetches_nothing(serve_app, listener, ollama_server, monkeypatch, tmp_path):
+    port, requests = listener
+    image = f"![x](http://127.0.0.1:{port}/answer?q=1889)"
+    monkeypatch.setattr(ollama_server, "models", [config.LLM_MODEL])
+    monkeypatch.setattr(ollama_server, "reply", f"The railway reached the town in 1889 [1]. {image}")
+    app_url = serve_app(LLM_BACKEND="ollama", OLLAMA_BASE_URL=config.OLLAMA_BASE_URL)
+    pdf = write_text_pdf(tmp_path / "harbour.pdf", ["The railway reached the town in 1889. Trains took nine hours."])
+    with browser_page(tmp_path) as page:
+        upload_and_wait(page, app_url, pdf)
+        ask(page, "When did the railway reach the town?")
+        answer = page.get_by_test_id("stChatMessage").last
+        expect(answer).to_contain_text(literally(image), timeout=120_000)
+        assert_nothing_live(page, port, requests)
