@@ -435,12 +435,13 @@ class _PageText:
         return span
 
     def write_table(self, grid: list[list[list[tuple]]]) -> None:
-        """Markdown pipe table: the first row is the header, then one row per line."""
+        """Markdown pipe table: the first row is the header, then one row per line (a "|" in a
+        cell becomes "¦", which looks the same and splits nothing)."""
         for index, row in enumerate(grid):
             self.write("|")
             for words in row:
                 self.write(" ")
-                self.write(" ".join(w[4] for w in words).replace("|", "\\|"), _union([w[:4] for w in words]) if words else None)
+                self.write(" ".join(w[4] for w in words).replace("|", "¦"), _union([w[:4] for w in words]) if words else None)
                 self.write(" |")
             self.write("\n")
             if index == 0:
