@@ -1,20 +1,30 @@
-"""Read a PDF: open it safely, get each page's text (OCR when the words are in a picture),
-and cut page text into chunks whose character offsets index the page exactly.
+"""Read a PDF: open it safely, get each page's text with its layout kept (OCR when the words
+are in a picture), and cut page text into chunks whose character offsets index the page exactly.
 
-    file -> open_pdf()       checks: size, %PDF-, opens, not encrypted, has pages, page limit
-         -> extract_page()   text layer, or OCR when the words are likely in a picture: no text
-                             layer, a sparse one over a mostly-image page (a scan with a stamp),
-                             or a sparse one beside hundreds of vector paths (outlined text);
-                             OCR line boxes are kept so a passage can be highlighted later
-         -> chunk_page()     sentence-aware, overlapping (start, end) spans of the page text
+    file -> open_pdf()        checks: size, %PDF-, opens, not encrypted, has pages, page limit
+         -> running_lines()   lines in the top or bottom margin of most pages (headers, page numbers)
+         -> read_page()       OCR when the words are likely in a picture: no text layer, a sparse
+                              one over a mostly-image page (a scan with a stamp), or a sparse one
+                              beside hundreds of vector paths (outlined text); else the text layer
+                              through laid_out_page(): tables as Markdown rows ("| label | v1 | v2 |"
+                              under a header row), two columns read column by column, running lines
+                              first or last and marked. Every OCR'd line, laid-out line and table
+                              cell keeps its box, so a passage can be highlighted on the page.
+         -> chunk_page()      overlapping (start, end) spans of whole sentences and table rows,
+                              running lines left out; table_header_for() gives the header row a
+                              chunk starting mid-table repeats
 
 Nothing here touches the store or a model: ``ingest.py`` calls these and writes the
 results to ChromaDB. Errors are ``IngestError`` subclasses whose message says, in
 plain words, what is wrong with the file.
 
-Deliberately simple: page text is PyMuPDF's plain text layer in its stored order.
+Deliberately simple: the layout is read from word positions with a few geometric rules
+(a cell is words separated by a gap of a line's height; a table is three or more rows of
+short cells; a page has at most two columns, split at its middle), not a layout model:
+pymupdf4llm and PyMuPDF's find_tables were measured against it and cost several times
+more per page (README, "Tables and layout"). Stacked header rows stay separate rows, and a
+table inside one column of a two-column page is read as prose.
 """
-
 from __future__ import annotations
 
 import logging
