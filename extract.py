@@ -5,8 +5,8 @@ are in a picture), and cut page text into chunks whose character offsets index t
          -> running_lines()   lines in the top or bottom margin of most pages (headers, page numbers)
          -> read_page()       OCR when the words are likely in a picture: no text layer, a sparse
                               one over a mostly-image page (a scan with a stamp), or a sparse one
-                              beside hundreds of vector paths (outlined text); else the text layer
-                              through laid_out_page(): tables as Markdown rows ("| label | v1 | v2 |"
+                              beside hundreds of vector paths (outlined text); else the text layer,
+                              with EXTRACTOR=layout through laid_out_page(): tables as Markdown rows ("| label | v1 | v2 |"
                               under a header row), two columns read column by column, running lines
                               first or last and marked. Every OCR'd line, laid-out line and table
                               cell keeps its box, so a passage can be highlighted on the page.
@@ -20,10 +20,12 @@ plain words, what is wrong with the file.
 
 Deliberately simple: the layout is read from word positions with a few geometric rules
 (a cell is words separated by a gap of a line's height; a table is three or more rows of
-short cells; a page has at most two columns, split at its middle), not a layout model:
-pymupdf4llm and PyMuPDF's find_tables were measured against it and cost several times
-more per page (README, "Tables and layout"). Stacked header rows stay separate rows, and a
-table inside one column of a two-column page is read as prose.
+short cells; a page has at most two columns, split at its middle), not a layout model.
+Stacked header rows stay separate rows, and a table inside one column of a two-column page
+is read as prose. The default page text is still PyMuPDF's plain text layer (EXTRACTOR=text):
+on the bench, laid-out text retrieved slightly worse (README, "Tables and layout"), so the
+layout is a setting until it measures better. PyMuPDF's find_tables and pymupdf4llm were
+measured too and cost 8-20 times more per page (the code that ran them is in commit c916c5d).
 """
 from __future__ import annotations
 
@@ -230,8 +232,9 @@ def ocr_page(page: pymupdf.Page, text: str, ocr: OcrEngine) -> Page | None:
 
 
 def read_page(page: pymupdf.Page, running: frozenset[str] = frozenset()) -> Page:
-    """One page's text: OCR when its words are likely in a picture, else its text layer laid out
-    by the EXTRACTOR setting; lines whose ``running_key`` is in ``running`` are kept out of chunks."""
+    """One page's text: OCR when its words are likely in a picture, else its text layer: as PyMuPDF
+    gives it (EXTRACTOR=text, the default) or laid out (EXTRACTOR=layout; lines whose ``running_key``
+    is in ``running`` are then kept out of chunks)."""
     plain = page.get_text("text").strip()
     if needs_ocr(page, plain):
         engine = ocr_engine()
@@ -242,7 +245,7 @@ def read_page(page: pymupdf.Page, running: frozenset[str] = frozenset()) -> Page
         return Page(page.number + 1, "", "empty")
     if config.EXTRACTOR == "layout":
         return laid_out_page(page, running)
-    return Page(page.number + 1, MEASURED_EXTRACTORS[config.EXTRACTOR](page, plain), "text")
+    return Page(page.number + 1, plain, "text")
 
 
 # -----------------------------------------------------------------------------
@@ -518,46 +521,6 @@ def laid_out_page(page: pymupdf.Page, running: frozenset[str] = frozenset()) -> 
         running_spans.append(out.write_line(line))
     text = out.text
     return Page(page.number + 1, text, "text", [b for b in out.boxes if b[1] <= len(text)], running_spans)
-
-
-# -----------------------------------------------------------------------------
-# Extractors measured against "layout" (README, "Tables and layout"); EXTRACTOR picks one
-
-
-def find_tables_text(page: pymupdf.Page, plain: str) -> str:
-    """PyMuPDF's ruled-table finder: each table as Markdown, the other text blocks around it by height."""
-    tables = page.find_tables(use_layout=False).tables  # the layout model makes it ten times slower
-    if not tables:
-        return plain
-    rects = [pymupdf.Rect(t.bbox) for t in tables]
-    items = [(t.bbox[1], t.to_markdown()) for t in tables]
-    items += [(b[1], b[4]) for b in page.get_text("blocks") if b[6] == 0 and not any(pymupdf.Rect(b[:4]).intersects(r) for r in rects)]
-    return "\n".join(text.strip() for _, text in sorted(items, key=lambda i: i[0]))
-
-
-@lru_cache(maxsize=2)
-def _pymupdf4llm_pages(path: str, layout: bool) -> list[str]:
-    """pymupdf4llm's Markdown of every page of the PDF at ``path`` (it reads a whole document at a
-    time: called page by page it re-analyses the document each time)."""
-    import pymupdf4llm  # imported only when chosen: importing it switches PyMuPDF's layout model on or off
-
-    pymupdf4llm.use_layout(layout)
-    with pymupdf.open(path) as doc:
-        chunks = pymupdf4llm.to_markdown(doc, page_chunks=True, show_progress=False, use_ocr=False)
-    return [c["text"].strip() for c in chunks]
-
-
-def pymupdf4llm_text(page: pymupdf.Page, plain: str, layout: bool = False) -> str:
-    """pymupdf4llm's Markdown of the page (with ``layout``: pymupdf-layout's model finds the regions)."""
-    return _pymupdf4llm_pages(page.parent.name, layout)[page.number] or plain
-
-
-MEASURED_EXTRACTORS: dict[str, Callable[[pymupdf.Page, str], str]] = {
-    "text": lambda page, plain: plain,
-    "find_tables": find_tables_text,
-    "pymupdf4llm": pymupdf4llm_text,
-    "pymupdf4llm-layout": lambda page, plain: pymupdf4llm_text(page, plain, layout=True),
-}
 
 
 # -----------------------------------------------------------------------------

@@ -137,7 +137,7 @@ def test_running_header_and_page_numbers_stay_in_the_page_text_but_are_not_embed
     assert all(text.strip() != "4" for text, _ in chunks[4])
     with pymupdf.open(pdf) as doc:
         running = extract.running_lines(doc)
-        page = extract.read_page(doc[3], running)
+        page = extract.laid_out_page(doc[3], running)
     assert extract.running_key(HEADER) in running and "#" in running
     assert page.text.startswith(HEADER)  # kept for display, at its own offsets
     assert [page.text[s:e] for s, e in page.running] == [HEADER, "4"]
