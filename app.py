@@ -7,7 +7,8 @@ interaction):
              -> searchable at once; page labelling queued on the BackgroundEnricher
              library (live progress) with remove; scope; settings; model status
     main:    replay the chat -> st.chat_input -> qa.ask() streamed by st.write_stream
-             -> citation chips (st.pills); a chosen chip shows the passage and the
+             (a status line says what is happening until the first words arrive)
+             -> citation chips (st.pills) numbered like the answer's [n] markers; a chosen chip shows the passage and the
                 page rendered by preview.render_page() with the passage highlighted
              -> unsupported sentences, confidence, rewritten query, optional trace
 
@@ -21,12 +22,18 @@ from __future__ import annotations
 
 import logging
 import tempfile
+import uuid
 from pathlib import Path
 
 import streamlit as st
 
+try:  # first, alone: every module below reads its settings from it
+    import config
+except SystemExit as err:  # config.SettingError: a setting in the environment cannot be used
+    st.error(str(err))
+    st.stop()
+
 import checker
-import config
 import ingest
 import models
 import preview
@@ -85,8 +92,8 @@ def ingest_upload(upload) -> None:
                     doc_name=upload.name,
                 )
             except ingest.IngestError as err:
-                status.update(label=f"{name}: not added", state="error")
-                st.error(md(err))
+                status.update(label=f"{name}: not added", state="error", expanded=False)
+                add_notice(f"**{name}** was not added. {md(err)}")
                 return
         retriever().refresh()
         if config.ENRICH_ENABLED:
@@ -94,19 +101,35 @@ def ingest_upload(upload) -> None:
         note = "already in the library" if result.cached else f"{result.pages} pages, {result.chunks} passages"
         ocr = f", {result.ocr_pages} read by OCR" if result.ocr_pages else ""
         status.update(label=f"{name}: searchable ({note}{ocr})", state="complete", expanded=False)
+        if result.damaged_pages:
+            add_notice(f"**{name}** is damaged: pages {ingest.page_ranges(result.damaged_pages)} could not be read and were left out.", "warning")
 
 
 def uploads_panel() -> None:
+    """Ingest each file once per upload: Streamlit gives every upload its own id, so the same
+    file uploaded again after a remove, or two files that share a name, are each handled."""
     uploads = st.sidebar.file_uploader(
         "Add PDFs", type=["pdf"], accept_multiple_files=True, help=f"Up to {config.MAX_FILE_MB} MB each"
     )
-    done = st.session_state.setdefault("ingested_uploads", set())
+    handled = st.session_state.setdefault("handled_uploads", set())
     for upload in uploads or []:
-        key = (upload.name, upload.size)
-        if key not in done:
+        if upload.file_id not in handled:
+            handled.add(upload.file_id)  # first: a refused file is reported once, not retried on every rerun
             with st.sidebar:
                 ingest_upload(upload)
-            done.add(key)
+
+
+def add_notice(markdown: str, kind: str = "error") -> None:
+    """A problem the person must read (``kind`` "error" or "warning"): shown in the sidebar until dismissed."""
+    st.session_state.setdefault("notices", {})[uuid.uuid4().hex] = (kind, markdown)
+
+
+def notices_panel() -> None:
+    for key, (kind, text) in list(st.session_state.get("notices", {}).items()):
+        getattr(st.sidebar, kind)(text)
+        if st.sidebar.button("Dismiss", key=f"dismiss-{key}"):
+            del st.session_state.notices[key]
+            st.rerun()
 
 
 def labels_missing(doc: dict) -> bool:
@@ -126,7 +149,10 @@ def document_card(doc: dict, labelling: ingest.EnrichmentProgress | None) -> Non
     elif not labels_missing(doc):
         name_col.caption("Page labels: done")
     if remove_col.button("", icon=":material/delete:", key=f"rm-{doc['collection']}", help="Remove from library"):
-        ingest.delete_document(store(), doc["collection"])
+        try:
+            ingest.delete_document(store(), doc["collection"])
+        except ingest.IngestError as err:  # removed but not purged, or the server went away
+            add_notice(md(err), "warning")
         retriever().refresh()
         st.rerun()
 
@@ -167,6 +193,7 @@ def sidebar() -> tuple[list[str] | None, int, bool]:
     """Draw the sidebar; return the scope (None: all documents), top-k and whether to show traces."""
     st.sidebar.header("Your documents")
     uploads_panel()
+    notices_panel()
     busy = any(p.state in ("queued", "labelling") for p in labelling_progress().values())
     with st.sidebar:
         st.fragment(library_panel, run_every=3 if busy else None)()
@@ -186,8 +213,9 @@ def sidebar() -> tuple[list[str] | None, int, bool]:
 
 
 def chip_label(citation: checker.Citation) -> str:
+    """The chip carries the number the answer's markers use: "[2] report.pdf · p. 7 ✓"."""
     mark = "✓" if citation.verified else "⚠"
-    return f"{md(citation.doc_name)} · p. {citation.page} {mark}" + (" (inferred)" if citation.inferred else "")
+    return f"\\[{citation.number}\\] {md(citation.doc_name)} · p. {citation.page} {mark}" + (" (inferred)" if citation.inferred else "")
 
 
 def source_for(answer: qa.Answer, citation: checker.Citation) -> Hit | None:
@@ -248,10 +276,14 @@ def show_answer_details(answer: qa.Answer, key: str, show_trace: bool) -> None:
         if chosen:
             show_citation(answer, citations[labels.index(chosen)])
     for sentence in answer.sentences:
-        if sentence.supported is False:
+        if sentence.supported is False and sentence.citations:
             st.caption(f"⚠ *Not backed by the cited page:* {md(sentence.text)}")
+        elif sentence.supported is False:
+            st.caption(f"*No passage backs:* {md(sentence.text)}")
     if answer.confidence is not None:
         st.caption(f"Confidence: {answer.confidence:.0%} of checked sentences are supported")
+    elif answer.sentences and not answer.refused:
+        st.caption("Citations not checked: no sentence was long enough to judge")
     if answer.rewritten_query:
         st.caption(f"Searched for: *{md(answer.rewritten_query)}*")
     if answer.refused and answer.sources:
@@ -278,14 +310,18 @@ def answer_now(question: str, history: list[tuple[str, str]], scope, k: int) -> 
 
     Any failure becomes a message in the chat, so the conversation so far survives it.
     """
+    status = st.empty()  # what is happening while the person waits: searching, reading, writing
     try:
-        stream = qa.ask(question, retriever(), llm=chat_model(), history=history, scope=scope, k=k)
+        stream = qa.ask(question, retriever(), llm=chat_model(), history=history, scope=scope, k=k,
+                        on_stage=lambda text: status.caption(text))
         st.write_stream(md_stream(stream))
     except (models.ModelUnavailableError, ingest.IngestError) as err:
         return {"role": "assistant", "content": "", "error": str(err)}
     except Exception as err:  # e.g. Ollama's embedder gone mid-search: say so, keep the chat
         log.exception("Answering failed")
         return {"role": "assistant", "content": "", "error": models.explain_failure(err)}
+    finally:
+        status.empty()
     return {"role": "assistant", "content": stream.result.text, "answer": stream.result}
 
 

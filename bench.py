@@ -4,6 +4,7 @@
     python bench.py ingest --big 1000 [--json OUT]
     python bench.py retrieval [--chunks 1000 10000 100000] [--json OUT]
     python bench.py answer [--models qwen2.5-coder-0.5b qwen2.5-coder-1.5b] [--questions 10] [--json OUT]
+    python bench.py api [--clients 20] [--ask-clients 4] [--chunks 10000] [--model NAME] [--json OUT]
 
 ``ingest`` runs each PDF in a fresh child process with an empty temporary
 store, so every row has its own cold start and its own peak RSS. A row gives
@@ -24,6 +25,12 @@ to each copy's vector, then times every leg of real bench questions.
 ``answer`` asks the sample questions in ``input_data/`` (R-intro.pdf, cached in
 ``bench_store/answer``) the way the app does (retrieve, fit the context, stream)
 and reports time to first token, generation speed and prompt size per model.
+``api`` starts a real ``uvicorn api:app`` on the scaled store of ``--chunks`` chunks
+(built as for ``retrieval``), sends ``--requests`` bench questions one after another
+from each of ``--clients`` concurrent /api/search clients, then ``--ask-rounds``
+questions from each of ``--ask-clients`` /api/ask clients, and reports p50/p95/max
+latency, errors, the longest wait in the answer queue and whether answers came
+round by round (a fair queue); it exits non-zero when any request failed.
 
 Timings are single runs on a shared machine: repeat and compare medians.
 """
@@ -277,6 +284,141 @@ def time_answers(model_name: str, questions: list[str]) -> dict:
     return row
 
 
+# -----------------------------------------------------------------------------
+# The HTTP API under load
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_api_server(settings: dict[str, str], log_path: Path, headers: dict | None = None) -> tuple[subprocess.Popen, str]:
+    """``uvicorn api:app`` on a free local port, with ``settings`` added to this environment;
+    returns (process, base URL) once /api/health answers 200 (the server's output goes to ``log_path``)."""
+    import httpx
+
+    port = free_port()
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "api:app", "--host", "127.0.0.1", "--port", str(port)],
+            cwd=config.BASE_DIR, env={**os.environ, **settings}, stdout=out, stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if httpx.get(f"{url}/api/health", headers=headers, timeout=5).status_code == 200:
+                return proc, url
+        except httpx.TransportError:
+            pass
+        time.sleep(0.3)
+    proc.kill()
+    raise RuntimeError(f"The API server did not start: {log_path.read_text()[-3000:]}")
+
+
+def stop_api_server(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def load_test(url: str, path: str, bodies: list[list[dict]]) -> list[dict]:
+    """Client c sends ``bodies[c]`` one after another, all clients starting together;
+    one record per request: client, round, sent/done (seconds), status, JSON reply."""
+    import threading
+
+    import httpx
+
+    records: list[dict] = []
+    start = threading.Barrier(len(bodies))
+
+    def client(number: int) -> None:
+        with httpx.Client(base_url=url, timeout=1800) as http:
+            start.wait()
+            for round_, body in enumerate(bodies[number]):
+                sent = time.perf_counter()
+                try:
+                    response = http.post(path, json=body)
+                    status, reply = response.status_code, response.json()
+                except (httpx.HTTPError, ValueError) as err:
+                    status, reply = type(err).__name__, {}
+                records.append({"client": number, "round": round_, "sent": sent, "done": time.perf_counter(), "status": status, "reply": reply})
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(len(bodies))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return records
+
+
+def summarise_load(name: str, records: list[dict]) -> dict:
+    import numpy as np
+
+    latencies = [(r["done"] - r["sent"]) * 1000 for r in records]
+    wall = max(r["done"] for r in records) - min(r["sent"] for r in records)
+    return {
+        "endpoint": name,
+        "clients": len({r["client"] for r in records}),
+        "requests": len(records),
+        "errors": sum(r["status"] != 200 for r in records),
+        "p50_ms": round(float(np.percentile(latencies, 50))),
+        "p95_ms": round(float(np.percentile(latencies, 95))),
+        "max_ms": round(max(latencies)),
+        "requests_per_s": round(len(records) / wall, 2),
+    }
+
+
+def answered_in_rounds(records: list[dict]) -> bool:
+    """Fair queueing, seen from outside: every client's n-th answer arrives before any client's
+    (n+1)-th (each client asks again only after its answer, so a fair queue serves round by round)."""
+    rounds = sorted({r["round"] for r in records})
+    return all(
+        max(r["done"] for r in records if r["round"] == a) <= min(r["done"] for r in records if r["round"] == b)
+        for a, b in zip(rounds, rounds[1:])
+    )
+
+
+def time_api(args) -> list[dict]:
+    """/api/search from ``args.clients`` clients, then /api/ask from ``args.ask_clients``, on a real server."""
+    import httpx
+
+    store_dir = config.BASE_DIR / "bench_store" / str(args.chunks)
+    client = build_scaled_store(args.chunks, args.source_store, store_dir)
+    chunks = sum(c.count() for c in client.list_collections())
+    questions = [json.loads(line)["question"] for line in BENCH_QUESTIONS.read_text().splitlines()]
+    settings = {"CHROMA_PERSIST_DIR": str(store_dir), "CHROMA_HOST": "", "ENRICH_ENABLED": "false", "API_TOKEN": "",
+                "LLM_BACKEND": "embedded", "EMBED_BACKEND": "embedded", "EMBEDDED_LLM": args.model,
+                "LOG_FILE": str(config.BASE_DIR / "bench_store" / "api.log")}
+    proc, url = start_api_server(settings, config.BASE_DIR / "bench_store" / "api-server.out")
+    try:
+        while not httpx.get(f"{url}/api/health", timeout=30).json()["chat_model"]["ok"]:  # the model loads at start
+            time.sleep(1)
+        n = args.requests
+        search = load_test(url, "/api/search", [
+            [{"query": questions[(c * n + i) % len(questions)]} for i in range(n)] for c in range(args.clients)
+        ])
+        ask = load_test(url, "/api/ask", [
+            [{"question": questions[(c * args.ask_rounds + i) % len(questions)]} for i in range(args.ask_rounds)]
+            for c in range(args.ask_clients)
+        ])
+    finally:
+        stop_api_server(proc)
+    rows = [summarise_load("/api/search", search), summarise_load("/api/ask", ask)]
+    for row in rows:
+        row["chunks"] = chunks
+    waits = [(r["done"] - r["sent"]) - r["reply"].get("seconds", 0) for r in ask if r["status"] == 200]
+    rows[1].update(model=args.model, max_queue_wait_s=round(max(waits, default=0.0), 1), served_round_by_round=answered_in_rounds(ask))
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -289,6 +431,15 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("answer")
     p.add_argument("--models", nargs="+", default=["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
     p.add_argument("--questions", type=int, default=10, help="how many of input_data's questions to ask")
+    p.add_argument("--json", type=Path)
+    p = sub.add_parser("api")
+    p.add_argument("--clients", type=int, default=20, help="concurrent /api/search clients")
+    p.add_argument("--requests", type=int, default=10, help="searches per client, one after another")
+    p.add_argument("--ask-clients", type=int, default=4, help="concurrent /api/ask clients")
+    p.add_argument("--ask-rounds", type=int, default=2, help="questions per ask client, one after another")
+    p.add_argument("--chunks", type=int, default=10000, help="library size (a scaled store, as for retrieval)")
+    p.add_argument("--model", default=config.EMBEDDED_LLM, help="embedded chat model the server answers with")
+    p.add_argument("--source-store", type=Path, default=config.BASE_DIR / "chroma_store_eval")
     p.add_argument("--json", type=Path)
     p = sub.add_parser("retrieval")
     p.add_argument("--chunks", type=int, nargs="+", default=[1000, 10000, 100000])
@@ -307,6 +458,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             args.json.write_text(json.dumps({"answer": rows}, indent=2))
         return 0
+    if args.command == "api":
+        config.setup_logging(40)
+        rows = time_api(args)
+        print_table([list(rows[1])] + [[r.get(k, "") for k in rows[1]] for r in rows])
+        if args.json:
+            args.json.write_text(json.dumps({"api": rows}, indent=2))
+        return 0 if all(r["errors"] == 0 for r in rows) else 1
     if args.command == "retrieval":
         config.setup_logging(40)
         questions = [json.loads(line)["question"] for line in BENCH_QUESTIONS.read_text().splitlines()][: args.questions]

@@ -5,15 +5,22 @@
                 -> support_scores()      per passage: word overlap / SUPPORT_MIN_OVERLAP, or
                                          embedding similarity / SUPPORT_MIN_SIMILARITY, >= 1 backs;
                                          0 when the sentence states a detail the passage lacks
+                                         or holds only in the wrong place (unbacked_detail)
                 -> verify_answer()       CheckedSentence per sentence, with verified, co-cited
                                          and inferred Citations
+
+A number is backed only where the passage says it about the same thing: in the sentence
+or table cell (row label + column header + cell, for Markdown pipe tables) whose words fit
+the claim's best, and beside the claim's year if it names one. The question's subject (the
+company, the document's own name for the period) need not be repeated by the passage.
 
 Small local models drop and invent markers, so nothing relies on the model citing
 correctly. Deliberately simple: support is judged by word overlap (or a near-paraphrase
 embedding) plus hard rules for what overlap cannot vouch for (a number, month, name or
-quotation the passage lacks; a restated question plus a number), not by an entailment
-model (none runs offline here). The rules and thresholds were set against hand-judged
-citations (``eval_answers.py --recheck``).
+quotation the passage lacks; a figure from another row, sentence or year), not by an
+entailment model (none runs offline here). The rules were written from hand-judged
+citations (input_data/citation_judgments.jsonl) and are measured on a held-out judged
+set (input_data/citation_judgments_heldout.jsonl): ``eval_answers.py --recheck``.
 """
 
 from __future__ import annotations
@@ -38,6 +45,9 @@ _ABBREVIATIONS = set(
 )
 
 
+_INITIALS = re.compile(r"(?:[A-Z]\.)*[A-Z]")  # "R.A" of "Mr. R.A. Shah": a name goes on
+
+
 def parse_citations(text: str) -> list[int]:
     """Source numbers cited in ``text``, in order, without repeats.
 
@@ -58,7 +68,8 @@ def strip_markers(text: str) -> str:
 def _ends_sentence(line: str, start: int, match: re.Match) -> bool:
     """Is this period (or ! or ?) a sentence end, not an abbreviation or a decimal-like break?"""
     words = line[start : match.start()].split()
-    if match.group(0).startswith(".") and words and words[-1].lower().rstrip(".") in _ABBREVIATIONS:
+    last = words[-1].rstrip(".") if words else ""
+    if match.group(0).startswith(".") and (last.lower() in _ABBREVIATIONS or _INITIALS.fullmatch(last)):
         return False
     following = line[match.end() :].lstrip()[:1]
     return not following.islower()
@@ -123,23 +134,116 @@ def months_in(text: str) -> set[str]:
 
 
 def names_in(text: str) -> set[str]:
-    """Words that name something (capitalised, or letters mixed with digits), lower-cased; the first
-    word is skipped, being capitalised anyway. names_in("Sales of GPT-4o rose in Berlin") -> {"gpt-4o", "berlin"}"""
+    """Words that name something (capitalised, or letters mixed with digits), lower-cased, possessive 's dropped;
+    the first word is skipped, being capitalised anyway. names_in("Sales of GPT-4o rose in Berlin's") -> {"gpt-4o", "berlin"}"""
     words = _WORD.findall(text)[1:]
-    return {w.lower() for w in words if any(c.isupper() for c in w) or (any(c.isdigit() for c in w) and any(c.isalpha() for c in w))}
+    return {re.sub(r"['’]s$", "", w.lower()) for w in words
+            if any(c.isupper() for c in w) or (any(c.isdigit() for c in w) and any(c.isalpha() for c in w))}
 
 
-def missing_specifics(claim: str, passage: str) -> set[str]:
-    """The numbers, months and names ``claim`` states that ``passage`` does not contain.
+def missing_specifics(claim: str, passage: str, question: str = "") -> set[str]:
+    """The numbers, months and names ``claim`` states that neither ``passage`` nor ``question`` contains
+    (the question's subject, such as the company or its name for the period, need not be repeated).
 
     missing_specifics("In June GPT-4o scored 61.5%", "In June GPT-4 scored 61.5%") -> {"gpt-4o"}
     """
-    passage_words = {w.lower() for w in _WORD.findall(passage)}
+    known = passage + "\n" + question
+    known_words = {w.lower() for w in _WORD.findall(known)}
     return (
-        (numbers_in(claim) - numbers_in(passage))
-        | (months_in(claim) - months_in(passage))
-        | (names_in(claim) - passage_words)
+        (numbers_in(claim) - numbers_in(known))
+        | (months_in(claim) - months_in(known))
+        | (names_in(claim) - known_words - names_in(known))
     )
+
+
+# -----------------------------------------------------------------------------
+# Where a figure stands: a sentence of prose, or one cell of a table with its row and column names
+
+_TABLE_LINE = re.compile(r"^\s*\|(.*)\|\s*$")
+_RULE_CELL = re.compile(r"^\s*:?-{3,}:?\s*$")
+_YEAR = re.compile(r"^(19|20)\d\d$")
+
+
+def table_units(rows: list[str]) -> list[str]:
+    """One unit per cell of a Markdown table: the row's label cells, the column's header, the cell.
+
+    table_units(["| | 2023 | 2022 |", "| Net sales | 3,226.8 | 2,729.4 |"]) -> ["Net sales 2023 3,226.8", "Net sales 2022 2,729.4"]
+    """
+    cells = [[c.strip() for c in _TABLE_LINE.match(r).group(1).split("|")] for r in rows]
+    cells = [r for r in cells if not all(_RULE_CELL.match(c) or not c for c in r)]
+    if not cells:
+        return []
+    header, units = cells[0], []
+    for row in cells[1:]:
+        label = " ".join(c for c in row if c and not numbers_in(c))
+        for j, cell in enumerate(row):
+            if numbers_in(cell):
+                units.append(" ".join(part for part in (label, header[j] if j < len(header) else "", cell) if part))
+    return units or [" ".join(" ".join(r) for r in cells)]
+
+
+def passage_units(passage: str) -> list[str]:
+    """The places a figure can stand in a passage: each sentence of its prose (a line break inside a
+    sentence is a space) and each cell of its Markdown tables (``table_units``).
+
+    passage_units("Sales rose.\nThey fell\nlater.") -> ["Sales rose.", "They fell later."]
+    """
+    units, prose, table = [], [], []
+    for line in passage.split("\n") + [""]:
+        if _TABLE_LINE.match(line):
+            table.append(line)
+            continue
+        if table:
+            units += table_units(table)
+            table = []
+        prose.append(line)
+    units += split_sentences(" ".join(" ".join(prose).split()))
+    return units
+
+
+_YEAR_IN_TEXT = re.compile(r"(?<![\d,.$])(?:19|20)\d\d(?![\d]|[,.]\d)")
+
+
+def years_in(text: str) -> set[str]:
+    """years_in("fiscal 2022 (2,011 in FY2021)") -> {"2022", "2021"}"""
+    return set(_YEAR_IN_TEXT.findall(text))
+
+
+_NEGATION = re.compile(r"\b(?:not|no|never|without|none)\b|n['’]t\b", re.IGNORECASE)
+
+
+def _label_words(text: str) -> set[str]:
+    """The words that say what a figure is: tokens without digits, and "not" when the text negates
+    ("do not go online" is another group than "go online"; the stopword list drops "not").
+
+    _label_words("Net sales 2023 3,226.8") -> {"net", "sales"}; _label_words("do not go online") -> {"go", "online", "not"}
+    """
+    words = {w for w in tokenize(text) if not any(c.isdigit() for c in w)}
+    return words | {"not"} if _NEGATION.search(text) else words
+
+
+def misplaced_figures(claim: str, passage: str, question: str = "") -> set[str]:
+    """The claim's figures the passage holds only in the wrong place: in no sentence or table cell whose
+    words fit the claim's words as well as any other figure's place does (another row), or only beside
+    a year other than the claim's (another column or period). The question's own figures are exempt.
+
+    misplaced_figures("Net income was 412", "| | 2023 |\n| Operating income | 412 |\n| Net income | 296 |") -> {"412"}
+    """
+    words = _label_words(claim)
+    # the question's year is the subject, unless the passage names that year too (then it picks a column)
+    years = years_in(claim) - (years_in(question) - years_in(passage))
+    units = [(u, _label_words(u), numbers_in(u)) for u in passage_units(passage)]
+    figure_units = [(u, w, n) for u, w, n in units if n]
+    best_fit = max((len(words & w) for _, w, _ in figure_units), default=0)
+    misplaced = set()
+    for figure in numbers_in(claim) - numbers_in(question):
+        if _YEAR.match(figure) and figure in years_in(passage):
+            continue  # a year the claim names is context, checked below for each figure beside it
+        places = [(u, w, n) for u, w, n in figure_units if figure in n]
+        fits = [len(words & w) for u, w, n in places if not (years and years_in(u) - {figure} and not years & years_in(u))]
+        if places and not (fits and max(fits) >= max(best_fit, 1)):
+            misplaced.add(figure)
+    return misplaced
 
 
 _QUOTE = re.compile(r"[\"“”]([^\"“”]{20,})[\"“”]")
@@ -150,17 +254,12 @@ def _squash(text: str) -> str:
 
 
 def unbacked_detail(claim: str, passage: str, question: str) -> bool:
-    """Does ``claim`` state something word overlap cannot vouch for in ``passage``? Three cases:
-    a number, month or name the passage lacks; a quotation the passage does not hold word for
-    word; or nothing beyond the question's words but a number, which any page with the question's
-    words and that number would "support" (a page number, a table cell of another row)."""
-    if missing_specifics(claim, passage):
+    """Does ``claim`` state something word overlap cannot vouch for in ``passage``? Three cases: a
+    number, month or name that neither the passage nor the question holds; a figure the passage holds
+    only in another row, sentence or year (``misplaced_figures``); a quotation not in it word for word."""
+    if missing_specifics(claim, passage, question) or misplaced_figures(claim, passage, question):
         return True
-    if any(_squash(quote) not in _squash(passage) for quote in _QUOTE.findall(claim)):
-        return True
-    singular = lambda words: {w.removesuffix("s") for w in words}  # noqa: E731  ("shareholders" restates "shareholder")
-    beyond_question = singular(tokenize(claim)) - singular(tokenize(question))
-    return bool(beyond_question) and all(_NUMBER.fullmatch(w) for w in beyond_question)
+    return any(_squash(quote) not in _squash(passage) for quote in _QUOTE.findall(claim))
 
 
 def support_scores(sentence: str, sources: list[Hit], sentence_vec, source_vecs, question: str = "") -> list[float]:
@@ -169,12 +268,15 @@ def support_scores(sentence: str, sources: list[Hit], sentence_vec, source_vecs,
     cannot back (``unbacked_detail``): similar wording is no support for a figure the passage lacks."""
     claim = strip_markers(sentence)
     words = set(tokenize(claim))
+    subject = {w for name in names_in(question) for w in tokenize(name)} | years_in(question)  # "Ulta Beauty", "FY2023"
     scores = []
     for hit, vec in zip(sources, source_vecs):
         if unbacked_detail(claim, hit.text, question):
             scores.append(0.0)
             continue
-        overlap = len(words & set(tokenize(hit.text))) / max(len(words), 1)
+        passage_words = set(tokenize(hit.text))
+        needed = words - (subject - passage_words)  # the question's subject need not be repeated by the passage
+        overlap = len(needed & passage_words) / len(needed) if len(needed) >= 2 else 0.0
         similarity = float(np.dot(sentence_vec, vec))
         scores.append(max(overlap / config.SUPPORT_MIN_OVERLAP, similarity / config.SUPPORT_MIN_SIMILARITY))
     return scores

@@ -16,17 +16,32 @@ import os
 from pathlib import Path
 
 
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+class SettingError(SystemExit):
+    """A setting in the environment that cannot be used. A SystemExit, so that a command
+    stops with just this message, not a traceback."""
+
+
 def _env(name: str, default):
     """The environment's value for ``name`` cast to ``type(default)``, else ``default``.
 
     _env("TOP_K", 5) with TOP_K="8" in the environment -> 8
+    _env("TOP_K", 5) with TOP_K="many" -> SettingError: "Setting TOP_K='many' is not a whole number ..."
     """
     raw = os.environ.get(name)
     if raw is None or raw == "":
         return default
     if isinstance(default, bool):
-        return raw.strip().lower() in ("1", "true", "yes", "on")
-    return type(default)(raw)
+        if raw.strip().lower() not in _TRUE + _FALSE:
+            raise SettingError(f"Setting {name}={raw!r} is not true or false (use one of {', '.join(_TRUE + _FALSE)}).")
+        return raw.strip().lower() in _TRUE
+    try:
+        return type(default)(raw)
+    except ValueError:
+        kind = {int: "a whole number", float: "a number"}.get(type(default), type(default).__name__)
+        raise SettingError(f"Setting {name}={raw!r} is not {kind} (the default is {default}).") from None
 
 
 # -----------------------------------------------------------------------------
@@ -41,6 +56,9 @@ INPUT_DATA_DIR = _env("INPUT_DATA_DIR", str(BASE_DIR / "input_data"))
 # Locks and the kept copies of PDFs (for page previews) stay under CHROMA_PERSIST_DIR.
 CHROMA_HOST = _env("CHROMA_HOST", "")
 CHROMA_PORT = _env("CHROMA_PORT", 8000)
+
+# Removing a document compacts the store folder; wait this long for other writers to pause.
+PURGE_TIMEOUT_SECONDS = _env("PURGE_TIMEOUT_SECONDS", 30.0)
 
 # -----------------------------------------------------------------------------
 # Model backends: "auto" uses Ollama when it answers and has the model, else the
@@ -118,6 +136,8 @@ TABLE_MAX_CELL_WORDS = _env("TABLE_MAX_CELL_WORDS", 5.0)  # more words per cell 
 RUNNING_MARGIN_SHARE = _env("RUNNING_MARGIN_SHARE", 0.1)  # top and bottom share of a page where headers live
 RUNNING_MIN_SHARE = _env("RUNNING_MIN_SHARE", 0.5)  # on this share of pages: a running header or footer
 RUNNING_SAMPLE_PAGES = _env("RUNNING_SAMPLE_PAGES", 60)  # pages looked at to find them
+# A damaged file (pages that cannot be read, e.g. cut short) is refused; true keeps its readable pages.
+KEEP_READABLE_PAGES = _env("KEEP_READABLE_PAGES", False)
 
 # Enrichment: an LLM title and keywords per page, added after the text is searchable.
 ENRICH_ENABLED = _env("ENRICH_ENABLED", True)
@@ -158,10 +178,38 @@ REFUSAL_MIN_SIMILARITY = _env("REFUSAL_MIN_SIMILARITY", 0.15)  # below: "not fou
 SUPPORT_MIN_OVERLAP = _env("SUPPORT_MIN_OVERLAP", 0.8)  # share of a sentence's words found in its passage
 SUPPORT_MIN_SIMILARITY = _env("SUPPORT_MIN_SIMILARITY", 0.85)  # or: cosine of sentence and passage
 SUPPORT_MIN_WORDS = _env("SUPPORT_MIN_WORDS", 3)  # shorter sentences ("Yes.") are not judged
+# What of the top pages the model reads (context.py): their best sentences and table rows,
+# within this many characters (what TOP_K best chunks of CHUNK_SIZE filled before).
+CONTEXT_CHARS = _env("CONTEXT_CHARS", 4000)
+CONTEXT_WINDOW_CHARS = _env("CONTEXT_WINDOW_CHARS", 600)  # text around each well-scoring sentence
+CONTEXT_WHOLE_PAGE_CHARS = _env("CONTEXT_WHOLE_PAGE_CHARS", 900)  # a page this short is read whole
+CONTEXT_BEST_CHUNK_BONUS = _env("CONTEXT_BEST_CHUNK_BONUS", 0.5)  # x the rarest question word, inside the retriever's chunk
+# After a bare refusal, ask once more of the best passage alone when its similarity to the question is at
+# least this (0: never); a refusal with the answer in front of it is the small models' commonest failure.
+RETRY_MIN_SIMILARITY = _env("RETRY_MIN_SIMILARITY", 0.5)
 REFUSE_PERSONAL_DATA = _env("REFUSE_PERSONAL_DATA", False)  # refuse questions with SSNs, cards, e-mails, phones
 
 # -----------------------------------------------------------------------------
+# HTTP API (api.py)
+API_HOST = _env("API_HOST", "127.0.0.1")  # `python api.py` binds here; 0.0.0.0 only together with API_TOKEN
+API_PORT = _env("API_PORT", 8765)
+API_TOKEN = _env("API_TOKEN", "")  # set: every request needs "Authorization: Bearer <token>"; empty: local Host only
+API_MODEL_ID = _env("API_MODEL_ID", "pdf-library")  # the model name /v1/models shows to OpenAI-style clients
+API_MAX_K = _env("API_MAX_K", 20)  # the largest k a client may ask for
+API_MAX_FILES = _env("API_MAX_FILES", 100)  # PDFs per upload request
+
+# -----------------------------------------------------------------------------
 # Logging
+
+
+# Loggers of this app: its own modules (Streamlit runs the page script as __main__).
+_OWN_LOGGERS = {path.stem for path in BASE_DIR.glob("*.py")} | {"__main__"}
+
+
+def _own_or_warning(record: logging.LogRecord) -> bool:
+    """Keep every record of the app's own modules, and only warnings and errors of libraries
+    (Streamlit's file watcher, httpx, chromadb... would otherwise fill the log)."""
+    return record.name.split(".")[0] in _OWN_LOGGERS or record.levelno >= logging.WARNING
 
 
 def setup_logging(level: int = logging.INFO) -> None:
@@ -173,12 +221,10 @@ def setup_logging(level: int = logging.INFO) -> None:
     fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     file_handler = logging.FileHandler(LOG_FILE, encoding="utf-8")
     file_handler.setLevel(logging.DEBUG)
-    file_handler.setFormatter(fmt)
     console = logging.StreamHandler()
     console.setLevel(level)
-    console.setFormatter(fmt)
-    root.addHandler(file_handler)
-    root.addHandler(console)
-    for noisy in ("httpx", "httpcore", "chromadb", "urllib3", "RapidOCR"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    for handler in (file_handler, console):
+        handler.setFormatter(fmt)
+        handler.addFilter(_own_or_warning)
+        root.addHandler(handler)
     root._pdf_rag_configured = True

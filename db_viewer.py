@@ -30,7 +30,12 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-import config
+try:  # first, alone: every module below reads its settings from it
+    import config
+except SystemExit as err:  # config.SettingError: a setting in the environment cannot be used
+    st.error(str(err))
+    st.stop()
+
 import ingest
 from safe_text import md
 
@@ -42,7 +47,7 @@ CHUNK_COLUMNS = [
     "id", "page", "chunk_index", "start", "end", "text_source",
     "title", "keywords", "enriched", "length", "text",
 ]
-PAGE_SOURCE_NAMES = {"T": "text layer", "O": "OCR", "E": "empty"}
+PAGE_SOURCE_NAMES = {"T": "text layer", "O": "OCR", "E": "empty", "D": "damaged, left out"}
 RAW_EMBEDDING_VALUES = 8  # values of each vector shown in the raw view; 384 would drown the JSON
 
 # -----------------------------------------------------------------------------
@@ -154,7 +159,24 @@ def embedding_stats(vectors: np.ndarray) -> dict:
     return stats
 
 
-def heatmap_frame(vectors: np.ndarray, ids: list[str], chunks: int, dims: int) -> pd.DataFrame:
+def chunk_label(row: dict) -> str:
+    """A heatmap row's label, short enough to be shown whole: chunk_label({"page": 3, "chunk_index": 1}) -> "p. 3 · chunk 1" """
+    return f"p. {row['page']} · chunk {row['chunk_index']}"
+
+
+def stat_rows(stats: dict) -> list[dict]:
+    """The statistics table, each value to 4 significant digits (tiny variances in powers of ten).
+
+    stat_rows(embedding_stats(...)) -> [{"statistic": "vector norm", "min": "1", "median": "1", "max": "1"}, ...]
+    """
+    labels = (("norm", "vector norm"), ("mean", "per-dimension mean"), ("variance", "per-dimension variance"))
+    return [
+        {"statistic": label, **{part: f"{stats[f'{key}_{part}']:.4g}" for part in ("min", "median", "max")}}
+        for key, label in labels
+    ]
+
+
+def heatmap_frame(vectors: np.ndarray, labels: list[str], chunks: int, dims: int) -> pd.DataFrame:
     """Long-format (chunk, dimension, value) rows of the first ``chunks`` x ``dims`` block,
     the shape a heatmap wants.
 
@@ -163,7 +185,7 @@ def heatmap_frame(vectors: np.ndarray, ids: list[str], chunks: int, dims: int) -
     block = np.asarray(vectors, dtype=float)[:chunks, :dims]
     return pd.DataFrame(
         {
-            "chunk": np.repeat(ids[: block.shape[0]], block.shape[1]),
+            "chunk": np.repeat(labels[: block.shape[0]], block.shape[1]),
             "dimension": np.tile(np.arange(block.shape[1]), block.shape[0]),
             "value": block.ravel(),
         }
@@ -257,7 +279,7 @@ def show_page(collection, rows: list[dict], meta: dict) -> None:
     st.dataframe(pd.DataFrame(view["chunks"], columns=CHUNK_COLUMNS), hide_index=True)
 
 
-def show_embeddings(vectors: np.ndarray, ids: list[str]) -> None:
+def show_embeddings(vectors: np.ndarray, labels: list[str], collection_name: str) -> None:
     stats = embedding_stats(vectors)
     if not stats["dimension"]:
         st.info("This collection holds no embeddings.")
@@ -266,26 +288,23 @@ def show_embeddings(vectors: np.ndarray, ids: list[str]) -> None:
     cols[0].metric("Dimension", stats["dimension"])
     cols[1].metric("Vectors", stats["count"])
     cols[2].metric("Median norm", f"{stats['norm_median']:.4f}")
-    st.dataframe(
-        pd.DataFrame(
-            [
-                {"statistic": label, **{part: stats[f"{key}_{part}"] for part in ("min", "median", "max")}}
-                for key, label in (("norm", "vector norm"), ("mean", "per-dimension mean"), ("variance", "per-dimension variance"))
-            ]
-        ),
-        hide_index=True,
-    )
+    st.dataframe(pd.DataFrame(stat_rows(stats)), hide_index=True)
     left, right = st.columns(2)
-    # number inputs, not sliders: a slider cannot have min == max (a one-chunk document)
-    chunks = left.number_input("Heatmap: first chunks", 1, stats["count"], min(20, stats["count"]), key="heatmap_chunks")
-    dims = right.number_input("Heatmap: first dimensions", 1, stats["dimension"], min(64, stats["dimension"]), key="heatmap_dims")
-    frame = heatmap_frame(vectors, ids, int(chunks), int(dims))
+    # number inputs, not sliders: a slider cannot have min == max (a one-chunk document);
+    # keyed per document, so another document starts from its own default, not the last one's value
+    chunks = left.number_input(
+        "Heatmap: first chunks", 1, stats["count"], min(20, stats["count"]), key=f"heatmap_chunks-{collection_name}"
+    )
+    dims = right.number_input(
+        "Heatmap: first dimensions", 1, stats["dimension"], min(64, stats["dimension"]), key=f"heatmap_dims-{collection_name}"
+    )
+    frame = heatmap_frame(vectors, labels, int(chunks), int(dims))
     chart = (
         alt.Chart(frame)
         .mark_rect()
         .encode(
             x=alt.X("dimension:O", axis=alt.Axis(labels=False, ticks=False)),
-            y=alt.Y("chunk:N", sort=None),
+            y=alt.Y("chunk:N", sort=None, axis=alt.Axis(labelLimit=0)),
             color=alt.Color("value:Q", scale=alt.Scale(scheme="redblue", domainMid=0)),
             tooltip=["chunk", "dimension", "value"],
         )
@@ -305,7 +324,10 @@ def show_delete(collection_name: str, doc_name: str) -> None:
         sure = st.checkbox(f"I understand that {md(doc_name)} is removed from the library", key="confirm_delete")
         # the button only acts with the box ticked, so one stray click cannot delete
         if st.button("Delete collection", type="primary", disabled=not sure, key="delete") and sure:
-            ingest.delete_document(store(), collection_name)
+            try:
+                ingest.delete_document(store(), collection_name)
+            except ingest.IngestError as err:  # removed but not purged: say so on the next page
+                st.session_state["delete_problem"] = str(err)
             st.session_state.pop("confirm_delete", None)
             st.rerun()
 
@@ -330,7 +352,7 @@ def show_document(meta: dict) -> None:
             # vectors in the table's reading order, so "the first chunks" of the heatmap are page 1's
             position = {chunk_id: n for n, chunk_id in enumerate(got["ids"])}
             vectors = np.asarray(got["embeddings"])[[position[r["id"]] for r in rows]]
-            show_embeddings(vectors, [r["id"] for r in rows])
+            show_embeddings(vectors, [chunk_label(r) for r in rows], meta["collection"])
         show_raw(collection)
     show_delete(meta["collection"], meta.get("doc_name", meta["collection"]))
 
@@ -338,6 +360,8 @@ def show_document(meta: dict) -> None:
 def main() -> None:
     st.title("Store viewer")
     st.caption(f"ChromaDB at `{config.CHROMA_PERSIST_DIR}`, collections named `{config.COLLECTION_PREFIX}…`")
+    if problem := st.session_state.pop("delete_problem", None):
+        st.warning(md(problem))
     docs = ingest.list_documents(store(), include_incomplete=True)
     if not docs:
         st.info(f"The store is empty. Add PDFs with `{INGEST_COMMAND}` (or upload them in the chat app).")

@@ -28,10 +28,12 @@ import random
 import re
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import checker
 import config
+import context
 import eval_retrieval
 import ingest
 import models
@@ -40,6 +42,7 @@ from retriever import Hit, Retriever
 
 BENCH = config.BASE_DIR.parent / "shared" / "bench" / "mmlongbench" / "questions.jsonl"
 LABELS = config.BASE_DIR / "input_data" / "citation_judgments.jsonl"
+EVAL_SAMPLE = (40, 20)  # answerable, unanswerable: the default sample, held out from designing rules
 
 
 def normalise(text: str) -> str:
@@ -72,6 +75,17 @@ def is_correct(question: dict, answer_text: str, refused: bool) -> bool:
     return not refused and all(item_found(item, said) for item in gold_items(question["answer"]))
 
 
+def answer_in_context(question: dict, passages: list[str]) -> bool:
+    """Is the gold answer (every item, matched as ``is_correct`` matches it) in the text given to the model?"""
+    said = normalise("\n".join(passages))
+    return bool(question["pages"]) and all(item_found(item, said) for item in gold_items(question["answer"]))
+
+
+def is_text_or_table(category: str) -> bool:
+    """The evidence kinds a text-only model can answer from: prose, layout text and tables (not charts, figures)."""
+    return category.startswith(("Pure-text", "Generalized-text", "Table"))
+
+
 def sample(questions: list[dict], answerable: int, unanswerable: int, seed: int = 7) -> list[dict]:
     rng = random.Random(seed)
     yes = [q for q in questions if q["pages"]]
@@ -79,14 +93,31 @@ def sample(questions: list[dict], answerable: int, unanswerable: int, seed: int 
     return rng.sample(yes, min(answerable, len(yes))) + rng.sample(no, min(unanswerable, len(no)))
 
 
+def dev_questions(questions: list[dict]) -> list[dict]:
+    """The questions the default evaluation sample leaves out: rules are designed on these, the sample stays held out."""
+    held_out = {q["question"] for q in sample(questions, *EVAL_SAMPLE)}
+    return [q for q in questions if q["question"] not in held_out]
+
+
+def share(flags: list[bool]) -> str:
+    """share([True, False, True]) -> "2/3 (0.67)" """
+    return f"{sum(flags)}/{len(flags)} ({sum(flags) / len(flags):.2f})" if flags else "0/0"
+
+
 def summarise(rows: list[dict]) -> dict:
     answerable = [r for r in rows if r["answerable"]]
     unanswerable = [r for r in rows if not r["answerable"]]
+    text_table = [r for r in answerable if is_text_or_table(r.get("category", ""))]
     shown = [c for r in rows for c in r["citations"]]
     return {
         "n": len(rows),
         "correct_answerable": f"{sum(r['correct'] for r in answerable)}/{len(answerable)}",
         "honest_refusals": f"{sum(r['correct'] for r in unanswerable)}/{len(unanswerable)}",
+        "refused_answerable": share([r["refused"] for r in answerable]),
+        "page_hit@k": share([r["page_hit"] for r in answerable if "page_hit" in r]),
+        "answer_in_context": share([r["answer_in_context"] for r in answerable if "answer_in_context" in r]),
+        "text_table_answer_in_context": share([r["answer_in_context"] for r in text_table if "answer_in_context" in r]),
+        "text_table_correct": share([r["correct"] for r in text_table]),
         "citations_shown": len(shown),
         "citation_verified_share": round(sum(c["verified"] for c in shown) / len(shown), 3) if shown else None,
         "citation_gold_page_share": round(sum(c["gold_page"] for c in shown) / len(shown), 3) if shown else None,
@@ -117,6 +148,21 @@ def citation_pairs(rows: list[dict], embedder) -> list[dict]:
     return pairs
 
 
+def tick_recall(rows: list[dict], embedder, labels: dict[str, bool]) -> dict:
+    """Of the sentences a person judged backed by one of the passages shown, the share the checker
+    gives a ✓ on such a passage (sentences no judgment covers are left out)."""
+    backed = ticked = 0
+    for row in rows:
+        hits = rows_hits(row)
+        for sentence in checker.verify_answer(row["answer"], hits, embedder, row["question"]):
+            text = checker.strip_markers(sentence.text)
+            good = {h.page for h in hits if labels.get(pair_key({"question": row["question"], "sentence": text, "page": h.page}))}
+            if good:
+                backed += 1
+                ticked += any(c.verified and c.page in good for c in sentence.citations)
+    return {"backed_sentences": backed, "recall_verified": round(ticked / backed, 3) if backed else None}
+
+
 def pair_key(pair: dict) -> str:
     return f"{pair['question']}|{pair['sentence']}|{pair['page']}"
 
@@ -128,15 +174,16 @@ def citation_precision(pairs: list[dict], labels: dict[str, bool]) -> dict:
     share = lambda ps: round(sum(labels[pair_key(p)] for p in ps) / len(ps), 3) if ps else None  # noqa: E731
     return {"pairs": len(pairs), "judged": len(judged), "verified_judged": len(ticked),
             "precision_verified": share(ticked), "precision_all_shown": share(judged),
-            "supported_caught": f"{sum(labels[pair_key(p)] for p in ticked)}/{sum(labels[pair_key(p)] for p in judged)}"}
+            "supported_caught": f"{sum(labels[pair_key(p)] for p in ticked)}/{sum(labels[pair_key(p)] for p in judged)}",
+            "warnings_right": f"{sum(not labels[pair_key(p)] for p in judged if not p['verified'])}/{len(judged) - len(ticked)}"}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Answer-level evaluation per embedded model.")
     parser.add_argument("--questions", type=Path, default=BENCH)
     parser.add_argument("--pdf-dir", type=Path)
-    parser.add_argument("--answerable", type=int, default=40)
-    parser.add_argument("--unanswerable", type=int, default=20)
+    parser.add_argument("--answerable", type=int, default=EVAL_SAMPLE[0])
+    parser.add_argument("--unanswerable", type=int, default=EVAL_SAMPLE[1])
     parser.add_argument("--models", nargs="+", default=["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
     parser.add_argument("--store", type=Path, default=eval_retrieval.DEFAULT_STORE)
     parser.add_argument("--out", type=Path, default=Path("eval_answers.jsonl"))
@@ -145,6 +192,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--recheck", type=Path, help="re-check the citations of these stored rows (no LLM) ...")
     parser.add_argument("--labels", type=Path, default=LABELS, help="... against these hand judgments")
     parser.add_argument("--pairs", type=Path, help="write the re-checked (sentence, passage) pairs here, for judging")
+    parser.add_argument("--dev", action="store_true",
+                        help="sample from the questions the default sample leaves out (for designing rules)")
+    parser.add_argument("--docs", nargs="+", help="with --dev: only questions about these PDFs")
+    parser.add_argument("--seed", type=int, default=7, help="with --dev: the sample's seed")
+    parser.add_argument("--context-only", action="store_true",
+                        help="no LLM: page hit and answer-in-context of the best chunks vs the chosen context")
     args = parser.parse_args(argv)
     if args.recheck:
         return recheck(args.recheck, args.labels, args.pairs, args.questions)
@@ -152,14 +205,20 @@ def main(argv: list[str] | None = None) -> int:
     args.store = eval_retrieval.use_extractor(args.extractor, args.store)
     config.CHROMA_PERSIST_DIR = str(args.store)
 
-    questions = eval_retrieval.load_questions(args.questions)
-    if args.evidence:
-        questions = [q for q in questions if args.evidence in (q.get("evidence_sources") or [q["category"]])]
-    questions = sample(questions, args.answerable, args.unanswerable)
+    every = eval_retrieval.load_questions(args.questions)
+    has_evidence = lambda q: not args.evidence or args.evidence in (q.get("evidence_sources") or [q["category"]])  # noqa: E731
+    if args.dev:  # a seeded sample of the questions the evaluation sample leaves out
+        dev = [q for q in dev_questions(every) if (not args.docs or q["doc"] in args.docs) and has_evidence(q)]
+        questions = sample(dev, args.answerable, args.unanswerable, args.seed)
+    else:
+        questions = sample([q for q in every if has_evidence(q)], args.answerable, args.unanswerable)
     client, embedder = ingest.get_client(str(args.store)), models.get_embeddings()
     pdf_dir = args.pdf_dir or eval_retrieval.default_pdf_dir(args.questions)
     collections = eval_retrieval.ingest_needed(questions, pdf_dir, client, embedder)
     retriever = Retriever(client, embedder)
+    if args.context_only:
+        print(json.dumps(context_report(questions, collections, retriever), indent=1))
+        return 0
     results = {}
     with open(args.out, "a", encoding="utf-8") as out:
         for name in args.models:
@@ -173,6 +232,9 @@ def main(argv: list[str] | None = None) -> int:
                     "question": q["question"],
                     "gold": q.get("answer"),
                     "answerable": bool(q["pages"]),
+                    "category": q["category"],
+                    "page_hit": any(h.collection == col and h.page in q["pages"] for h in answer.sources),
+                    "answer_in_context": answer_in_context(q, [h.text for h in answer.sources]),
                     "answer": answer.text,
                     "refused": answer.refused,
                     "correct": is_correct(q, answer.text, answer.refused),
@@ -203,6 +265,34 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def context_report(questions: list[dict], collections: dict[str, str], retriever: Retriever) -> dict:
+    """Without the LLM: how often the gold answer is in what the model would read, with each
+    page's best chunk (as retrieval ranks them) and with ``context.choose_context``, and their sizes."""
+    rows = []
+    for q in (q for q in questions if q["pages"]):
+        col = collections[q["doc"]]
+        hits = retriever.search(q["question"], scope=[col])
+        t0 = time.perf_counter()
+        chosen = context.choose_context(q["question"], hits, retriever)
+        rows.append({"text_table": is_text_or_table(q["category"]),
+                     "page_hit": any(h.page in q["pages"] for h in hits),
+                     "best_chunks": answer_in_context(q, [h.text for h in hits]),
+                     "chosen": answer_in_context(q, [h.text for h in chosen]),
+                     "chars_best_chunks": sum(len(h.text) for h in hits), "chars_chosen": sum(len(h.text) for h in chosen),
+                     "choose_ms": (time.perf_counter() - t0) * 1000})
+    report = {}
+    for name, group in (("answerable", rows), ("text_table", [r for r in rows if r["text_table"]])):
+        report[name] = {
+            "page_hit@k": share([r["page_hit"] for r in group]),
+            "answer_in_context_best_chunks": share([r["best_chunks"] for r in group]),
+            "answer_in_context_chosen": share([r["chosen"] for r in group]),
+            "mean_chars_best_chunks": round(statistics.mean(r["chars_best_chunks"] for r in group)) if group else 0,
+            "mean_chars_chosen": round(statistics.mean(r["chars_chosen"] for r in group)) if group else 0,
+            "median_choose_ms": round(statistics.median(r["choose_ms"] for r in group), 1) if group else 0,
+        }
+    return report
+
+
 def load_labels(path: Path) -> dict[str, bool]:
     if not path.exists():
         return {}
@@ -225,7 +315,8 @@ def recheck(rows_path: Path, labels_path: Path, pairs_out: Path | None, question
     and scored against hand judgments (no LLM is called)."""
     rows = [json.loads(line) for line in rows_path.read_text().splitlines() if line.strip()]
     categories = {q["question"]: q["category"] for q in eval_retrieval.load_questions(questions_path)}
-    pairs = citation_pairs(rows, models.get_embeddings())
+    embedder = models.get_embeddings()
+    pairs = citation_pairs(rows, embedder)
     if pairs_out:
         pairs_out.write_text("".join(json.dumps(p, ensure_ascii=False) + "\n" for p in pairs))
     labels = load_labels(labels_path)
@@ -236,7 +327,7 @@ def recheck(rows_path: Path, labels_path: Path, pairs_out: Path | None, question
                   "verified_share_now": round(sum(p["verified"] for p in shown) / len(shown), 3) if shown else None,
                   "verified_on_gold_page_now": round(sum(p["gold_page"] for p in shown if p["verified"])
                                                      / max(sum(p["verified"] for p in shown), 1), 3),
-                  **citation_precision(shown, labels)}
+                  **citation_precision(shown, labels), **tick_recall(mine, embedder, labels)}
         print(model, json.dumps(report, ensure_ascii=False))
     return 0
 

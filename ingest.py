@@ -44,10 +44,12 @@ import json
 import logging
 import re
 import shutil
+import sqlite3
 import sys
 import threading
 import time
-from contextlib import contextmanager
+import uuid
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
@@ -64,6 +66,8 @@ import models
 import prompts
 from extract import (  # noqa: F401  (the PDF errors are part of ingest's interface too)
     CorruptPDFError,
+    DamagedPagesError,
+    FileProblemError,
     EmptyPDFError,
     EncryptedPDFError,
     FileTooLargeError,
@@ -72,13 +76,16 @@ from extract import (  # noqa: F401  (the PDF errors are part of ingest's interf
     NotAPDFError,
     Page,
     chunk_page,
+    display_name,
     ocr_engine,
     open_pdf,
+    page_ranges,
     read_page,
     running_lines,
     table_header_for,
+    unreadable_pages,
 )
-from safe_text import fence_text
+from safe_text import fence_text, terminal_text
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +106,10 @@ class EmbedderMismatchError(IngestError):
 
 class StoreUnavailableError(IngestError):
     """The ChromaDB server named by CHROMA_HOST / CHROMA_PORT does not answer."""
+
+
+class StorePurgeError(IngestError):
+    """A document was removed but the store folder could not be purged of its bytes."""
 
 
 # -----------------------------------------------------------------------------
@@ -205,11 +216,61 @@ def _keep_pdf(path: Path, collection_name: str) -> None:
     partial.replace(target)
 
 
+def _store_folder(client: chromadb.ClientAPI) -> Path | None:
+    """The folder of an on-disk store; None for a ChromaDB server (its files are the server's)."""
+    settings = client.get_settings()
+    return Path(settings.persist_directory) if settings.is_persistent else None
+
+
+def purge_deleted(folder: Path) -> list[str]:
+    """Make what was deleted from the store folder unreadable; returns the segment folders removed.
+
+    ChromaDB deletes a collection's rows but leaves their bytes in SQLite's free pages, its
+    words in the full-text index's older segments, and its vector index folder on disk. So:
+    merge the full-text index (FTS5 'optimize' drops deleted entries), VACUUM (rewrites the
+    file without free pages; the same as `chroma vacuum`, whose log purge ChromaDB already
+    does on delete), and remove every segment folder that no segment of the store names.
+    """
+    database = folder / "chroma.sqlite3"
+    try:
+        with closing(sqlite3.connect(database, timeout=config.PURGE_TIMEOUT_SECONDS)) as db:
+            db.execute("INSERT INTO embedding_fulltext_search(embedding_fulltext_search) VALUES('optimize')")
+            db.commit()
+            db.execute("VACUUM")
+            segments = {row[0] for row in db.execute("SELECT id FROM segments")}
+    except sqlite3.Error as err:
+        raise StorePurgeError(
+            f"The store at {folder} could not be compacted ({err}), so deleted text may stay in its "
+            "free space until the next removal succeeds. Close other programs using the store and remove again."
+        ) from err
+    removed = []
+    for entry in folder.iterdir():
+        if entry.is_dir() and _is_uuid(entry.name) and entry.name not in segments:
+            shutil.rmtree(entry)
+            removed.append(entry.name)
+    log.info("Compacted %s; removed segment folders %s", database, removed)
+    return removed
+
+
+def _is_uuid(name: str) -> bool:
+    try:
+        uuid.UUID(name)
+        return True
+    except ValueError:
+        return False
+
+
 def delete_document(client: chromadb.ClientAPI, collection_name: str) -> None:
-    """Remove a document: its collection (chunks, vectors, labels) and the kept PDF copy."""
-    client.delete_collection(collection_name)
+    """Remove a document so that none of it can be read back: its collection (chunks,
+    vectors, labels) and the kept PDF copy; a store folder is then purged (``purge_deleted``).
+    A ChromaDB server deletes the collection; its files are the server's to compact."""
+    with _server_errors():
+        client.delete_collection(collection_name)
     kept_pdf_path(collection_name).unlink(missing_ok=True)
     log.info("Deleted %s", collection_name)
+    folder = _store_folder(client)
+    if folder is not None:
+        purge_deleted(folder)
 
 
 def open_collection(client: chromadb.ClientAPI, collection_name: str, embedder: Embeddings):
@@ -255,6 +316,12 @@ class IngestResult:
     seconds: float
     cached: bool = False
     stage_seconds: dict = field(default_factory=dict)
+    damaged_pages: list[int] = field(default_factory=list)  # left out (KEEP_READABLE_PAGES)
+
+
+def damaged_in(meta: dict) -> list[int]:
+    """The pages a document's metadata records as damaged and left out: damaged_in({"page_sources": "TTD"}) -> [3]"""
+    return [n for n, letter in enumerate(meta.get("page_sources", ""), 1) if letter == "D"]
 
 
 def _result_from_metadata(meta: dict, seconds: float) -> IngestResult:
@@ -268,6 +335,7 @@ def _result_from_metadata(meta: dict, seconds: float) -> IngestResult:
         empty_pages=meta["empty_pages"],
         seconds=seconds,
         cached=True,
+        damaged_pages=damaged_in(meta),
     )
 
 
@@ -315,7 +383,7 @@ def ingest_pdf(
     progress = progress or _no_progress
     client = client or get_client()
     embedder = embedder or models.get_embeddings()
-    doc_name = doc_name or path.name
+    doc_name = doc_name or display_name(path)
     doc = open_pdf(path)
     try:
         sha256 = file_sha256(path)
@@ -332,7 +400,7 @@ def ingest_pdf(
                 log.warning("%s was made with embedder %s and extractor %s; rebuilding", name, *made_with)
             if existing is not None:
                 log.warning("Removing unfinished or outdated collection %s before rebuilding", name)
-                client.delete_collection(name)
+                delete_document(client, name)
             _keep_pdf(path, name)  # before the build, so a complete collection always has its PDF
             return _build_collection(doc, client, embedder, name, sha256, doc_name, progress, t0)
     finally:
@@ -349,27 +417,13 @@ def _build_collection(doc, client, embedder, name, sha256, doc_name, progress, t
         "pages": doc.page_count,
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
-    collection = client.create_collection(
-        name, metadata=meta, configuration={"hnsw": {"space": "cosine"}}, embedding_function=None
-    )
     try:
-        stats = _write_pages(doc, collection, embedder, sha256, doc_name, progress)
-        if stats["chunks"] == 0:
-            why = "no OCR engine is available" if ocr_engine() is None else "OCR found no text either"
-            raise NoTextError(f"{doc_name} contains no readable text ({why}).")
-        sources = stats.pop("sources")
-        meta.update(
-            status="complete",
-            chunks=stats["chunks"],
-            ocr_pages=sources.count("O"),
-            empty_pages=sources.count("E"),
-            page_sources=sources,  # one letter per page: T text layer, O OCR, E empty
-            enriched_pages=0,
-            ingest_seconds=round(time.perf_counter() - t0, 2),
-        )
-        collection.modify(metadata=meta)  # the completion marker: always the last write
-    except BaseException:
-        delete_document(client, name)
+        with _server_errors():  # a server lost mid-ingest becomes a StoreUnavailableError
+            stats, meta = _write_collection(doc, client, embedder, name, meta, progress, t0)
+    except BaseException as err:
+        leftover = _discard_unfinished(client, name, doc_name)
+        if leftover and isinstance(err, IngestError):
+            raise type(err)(f"{err} {leftover}") from err
         raise
     log.info("Ingested %s: %d pages, %d chunks in %.1fs", doc_name, doc.page_count, stats["chunks"], meta["ingest_seconds"])
     return IngestResult(
@@ -382,7 +436,50 @@ def _build_collection(doc, client, embedder, name, sha256, doc_name, progress, t
         empty_pages=meta["empty_pages"],
         seconds=time.perf_counter() - t0,
         stage_seconds=stats["stage_seconds"],
+        damaged_pages=damaged_in(meta),
     )
+
+
+def _discard_unfinished(client: chromadb.ClientAPI, name: str, doc_name: str) -> str:
+    """Remove what a failed build left (collection, kept PDF); return, in words, what could
+    not be removed ("" when everything was)."""
+    kept_pdf_path(name).unlink(missing_ok=True)
+    try:
+        delete_document(client, name)
+    except (chromadb.errors.NotFoundError, ValueError):  # never created: nothing to remove
+        pass
+    except StoreUnavailableError:
+        return (
+            f"Its unfinished collection {name} could not be removed from the server: it is marked unfinished, "
+            f"so searches ignore it, and adding {doc_name} again once the server answers rebuilds it."
+        )
+    except StorePurgeError as err:
+        return str(err)
+    return ""
+
+
+def _write_collection(doc, client, embedder, name, meta, progress, t0) -> tuple[dict, dict]:
+    """Create the collection, fill it, and mark it complete as the very last write; returns
+    the page statistics and the final metadata."""
+    collection = client.create_collection(
+        name, metadata=meta, configuration={"hnsw": {"space": "cosine"}}, embedding_function=None
+    )
+    stats = _write_pages(doc, collection, embedder, meta["sha256"], meta["doc_name"], progress)
+    if stats["chunks"] == 0:
+        why = "no OCR engine is available" if ocr_engine() is None else "OCR found no text either"
+        raise NoTextError(f"{meta['doc_name']} contains no readable text ({why}).")
+    sources = stats.pop("sources")
+    meta.update(
+        status="complete",
+        chunks=stats["chunks"],
+        ocr_pages=sources.count("O"),
+        empty_pages=sources.count("E") + sources.count("D"),
+        page_sources=sources,  # one letter per page: T text layer, O OCR, E empty, D damaged (left out)
+        enriched_pages=0,
+        ingest_seconds=round(time.perf_counter() - t0, 2),
+    )
+    collection.modify(metadata=meta)  # the completion marker: always the last write
+    return stats, meta
 
 
 def _write_pages(doc, collection, embedder, sha256, doc_name, progress) -> dict:
@@ -390,12 +487,16 @@ def _write_pages(doc, collection, embedder, sha256, doc_name, progress) -> dict:
     total = doc.page_count
     seconds = {"extract": 0.0, "ocr": 0.0, "chunk": 0.0, "embed": 0.0, "store": 0.0}
     sources, chunks = [], 0
+    damaged = set(unreadable_pages(doc))  # only left when KEEP_READABLE_PAGES asked to keep the rest
     t = time.perf_counter()
-    running = running_lines(doc) if config.EXTRACTOR == "layout" else frozenset()
+    running = running_lines(doc, skip=damaged) if config.EXTRACTOR == "layout" else frozenset()
     seconds["extract"] += time.perf_counter() - t
     for first in range(0, total, config.PAGE_BATCH_SIZE):
         pages = []
         for number in range(first, min(first + config.PAGE_BATCH_SIZE, total)):
+            if number + 1 in damaged:
+                sources.append("D")
+                continue
             t = time.perf_counter()
             try:
                 pages.append(read_page(doc.load_page(number), running))
@@ -595,18 +696,20 @@ class BackgroundEnricher:
 
 
 def find_pdfs(paths: list[str]) -> list[Path]:
-    """Files named, plus every *.pdf below each folder named (recursively), sorted."""
+    """Paths named, plus every *.pdf below each folder named (recursively), sorted. A folder
+    that happens to be called *.pdf is searched, not listed; anything else named is listed,
+    so that a missing file or a dangling link gets its line in the summary."""
     found: list[Path] = []
     for raw in paths:
         p = Path(raw)
-        found.extend(sorted(q for q in p.rglob("*") if q.suffix.lower() == ".pdf") if p.is_dir() else [p])
+        found.extend(sorted(q for q in p.rglob("*") if q.suffix.lower() == ".pdf" and not q.is_dir()) if p.is_dir() else [p])
     return found
 
 
 def _bar(current: int, total: int, message: str) -> None:
     width = 30
     filled = int(width * current / max(total, 1))
-    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {current}/{total} {message[:60]:<60}")
+    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {current}/{total} {terminal_text(message)[:60]:<60}")
     sys.stderr.flush()
 
 
@@ -628,24 +731,27 @@ def main(argv: list[str] | None = None) -> int:
     embedder = models.get_embeddings()
     rows, failures = [], 0
     for pdf in pdfs:
-        sys.stderr.write(f"{pdf}\n")
+        sys.stderr.write(terminal_text(f"{pdf}\n"))
         try:
             result = ingest_pdf(pdf, client, embedder, progress=_bar)
             if config.ENRICH_ENABLED and not args.no_enrich:
                 sys.stderr.write("\n")
                 enrich_document(open_collection(client, result.collection, embedder), progress=_bar)
-            rows.append((pdf.name, result.pages, result.chunks, result.ocr_pages, f"{result.seconds:.1f}", "cached" if result.cached else "ok"))
+            status = "cached" if result.cached else "ok"
+            if result.damaged_pages:
+                status += f" (damaged: pages {page_ranges(result.damaged_pages)} left out)"
+            rows.append((display_name(pdf), result.pages, result.chunks, result.ocr_pages, f"{result.seconds:.1f}", status))
         except KeyboardInterrupt:
             sys.stderr.write("\nStopped. Searchable documents stay searchable; enrichment resumes next time.\n")
             return 130
         except (IngestError, models.ModelUnavailableError) as err:
             failures += 1
-            rows.append((pdf.name, "-", "-", "-", "-", f"FAILED: {err}"))
+            rows.append((display_name(pdf), "-", "-", "-", "-", f"FAILED: {err}"))
         sys.stderr.write("\n")
     header = ("file", "pages", "chunks", "ocr pages", "seconds", "status")
     widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(5)]
     for row in [header] + rows:
-        sys.stdout.write("  ".join(str(v).ljust(w) for v, w in zip(row[:5], widths)) + "  " + str(row[5]) + "\n")
+        sys.stdout.write(terminal_text("  ".join(str(v).ljust(w) for v, w in zip(row[:5], widths)) + "  " + str(row[5])) + "\n")
     return 1 if failures else 0
 
 

@@ -5,6 +5,7 @@
       -> follow-up?                the LLM rewrites it into a standalone search query
       -> retriever.search()        top-k pages, each as its best passage
       -> nothing relevant?         fixed "not found" reply and the nearest passages, no LLM call
+      -> context.choose_context()  what of those pages the model reads: their best sentences and rows
       -> number the passages [1]..[k] and fit them in the model's context (lowest-ranked dropped first)
       -> stream the LLM's answer   (an AnswerStream: iterate it for tokens, read .result after)
       -> verify                    parse [n] markers -> (doc, page); check each sentence against the
@@ -24,20 +25,22 @@ import logging
 import re
 import sys
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
+import checker
 import config
+import context
 import ingest
 import models
 import prompts
 from checker import CheckedSentence, Citation, strip_markers, verify_answer
 from retriever import Hit, Retriever
-from safe_text import fence_text
+from safe_text import fence_text, terminal_text
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +76,10 @@ def answer_shape(question: str) -> str:
         return "summary"
     if re.search(r"^\s*(list|name|enumerate)\b|\bwhat are the\b|\bwhich are the\b", q):
         return "list"
+    if re.search(r"^\s*(is|are|was|were|does|do|did|can|could|has|have|had|will|would|should)\b", q):
+        return "yes_no"
+    if re.search(r"\b(how (many|much|long|old|often|far)|what (percentage|percent|share|proportion|number|amount|ratio))\b|%", q):
+        return "number"
     return "plain"
 
 
@@ -98,7 +105,26 @@ def rewrite_query(llm: BaseChatModel, question: str, history: list[tuple[str, st
         raise models.ModelUnavailableError(models.explain_failure(err)) from err
     query = reply[0].strip().strip('"') if reply else ""
     log.info("Rewrote follow-up %r as %r", question, query)
-    return query or question
+    return checked_rewrite(query, question, history)
+
+
+def checked_rewrite(query: str, question: str, history: list[tuple[str, str]]) -> str:
+    """``query`` if it adds no month or name that is in neither the conversation nor the question, and
+    no number the user did not write (a number from an earlier answer in a query states that answer);
+    else the previous question plus this one. A rewrite that states facts is an answer, not a search.
+
+    checked_rewrite("lighthouse keeper winters 41", "And how many winters?", [("user", "Who kept the lighthouse?")])
+      -> "Who kept the lighthouse? And how many winters?"
+    """
+    user_said = "\n".join([question] + [text for role, text in history if role == "user"])
+    said = question + "\n" + "\n".join(text for _, text in history)
+    invented = (checker.missing_specifics(query, said) | (checker.numbers_in(query) - checker.numbers_in(user_said))
+                if query else {"(empty)"})
+    if not invented:
+        return query
+    previous = next((text for role, text in reversed(history) if role == "user"), "")
+    log.warning("Rewrite %r adds %s; searching the previous and this question instead", query, sorted(invented))
+    return f"{previous} {question}".strip()
 
 
 # -----------------------------------------------------------------------------
@@ -143,6 +169,22 @@ def fit_sources(
 
 # -----------------------------------------------------------------------------
 # Answering
+
+
+def is_refusal(text: str) -> bool:
+    """is_refusal("The documents do not say.") -> True"""
+    return prompts.REFUSAL.lower().rstrip(".") in text.lower()
+
+
+def could_be_refusal(text: str) -> bool:
+    """Could this start of a reply still turn out to be the bare refusal? could_be_refusal("The doc") -> True"""
+    said, refusal = " ".join(text.lower().split()), prompts.REFUSAL.lower()
+    return refusal.startswith(said) or said.startswith(refusal.rstrip("."))
+
+
+def retry_on_refusal(sources: list[Hit]) -> bool:
+    """Ask again, of the best passage alone, after a refusal when that passage is a close match to the question."""
+    return config.RETRY_MIN_SIMILARITY > 0 and bool(sources) and sources[0].trace.get("semantic_score", 0.0) >= config.RETRY_MIN_SIMILARITY
 
 
 @dataclass
@@ -212,10 +254,16 @@ def ask(
     history: list[tuple[str, str]] | None = None,
     scope: list[str] | None = None,
     k: int | None = None,
+    on_stage: Callable[[str], None] | None = None,
 ) -> AnswerStream:
-    """Answer ``question`` from the documents in ``scope`` (all when None); see the module docstring."""
+    """Answer ``question`` from the documents in ``scope`` (all when None); see the module docstring.
+
+    ``on_stage`` hears what is going on while the person waits: "Searching your documents…",
+    "Reading 5 passages…", "Writing…", "Checking the citations…".
+    """
     t0 = time.perf_counter()
     history = history or []
+    stage = on_stage or (lambda text: None)
     answer = Answer(question)
     if is_greeting(question):
         return _fixed(answer, prompts.GREETING_REPLY)
@@ -226,32 +274,53 @@ def ask(
     query = question
     if needs_rewrite(question, history):
         query = answer.rewritten_query = rewrite_query(llm, question, history)
+    stage("Searching your documents…")
     hits = retriever.search(query, k=k, scope=scope)
     best = max((h.trace.get("semantic_score", 0.0) for h in hits), default=0.0)
     if not hits or best < config.REFUSAL_MIN_SIMILARITY:
         log.info("Refused without the LLM: best similarity %.3f < %.3f", best, config.REFUSAL_MIN_SIMILARITY)
         answer.refused, answer.sources = True, hits
         return _fixed(answer, prompts.NOT_FOUND)
-    sources = fit_sources(question, hits, history, lambda text: models.count_tokens(llm, text), config.LLM_N_CTX, config.LLM_MAX_TOKENS)
+    passages = context.choose_context(query, hits, retriever)
+    sources = fit_sources(question, passages, history, lambda text: models.count_tokens(llm, text), config.LLM_N_CTX, config.LLM_MAX_TOKENS)
     answer.sources = sources
-    messages = build_messages(question, sources, history)
+    stage(f"Reading {len(sources)} passage{'s' if len(sources) != 1 else ''}…")
 
-    def pieces() -> Iterator[str]:
+    def model_pieces(shown: list[Hit]) -> Iterator[str]:
         try:
-            for chunk in llm.stream(messages):
+            for chunk in llm.stream(build_messages(question, shown, history)):
                 if answer.first_token_seconds is None:
                     answer.first_token_seconds = time.perf_counter() - t0
                     log.info("First token after %.2fs", answer.first_token_seconds)
+                    stage("Writing…")
                 yield chunk.content
         except Exception as err:  # any transport or server failure mid-answer
             raise models.ModelUnavailableError(models.explain_failure(err)) from err
 
+    def pieces() -> Iterator[str]:
+        """The reply as it comes; a bare refusal while the best passage is a close match is held back
+        and the question asked once more of that passage alone (small models refuse with the answer in front of them)."""
+        reply, held = model_pieces(sources), ""
+        for piece in reply:
+            held += piece
+            if not could_be_refusal(held):
+                yield held
+                yield from reply
+                return
+        if is_refusal(held) and retry_on_refusal(sources):
+            log.info("Refusal with a close passage (similarity %.3f): asking again with it alone", sources[0].trace["semantic_score"])
+            answer.sources = sources[:1]
+            yield from model_pieces(answer.sources)
+        else:
+            yield held
+
     def finish(text: str) -> Answer:
+        stage("Checking the citations…")
         answer.text = text.strip()
-        answer.sentences = verify_answer(answer.text, sources, retriever.embedder, question)
+        answer.sentences = verify_answer(answer.text, answer.sources, retriever.embedder, question)
         judged = [s for s in answer.sentences if s.supported is not None]
         answer.confidence = round(sum(s.supported for s in judged) / len(judged), 2) if judged else None
-        answer.refused = "do not say" in answer.text.lower()
+        answer.refused = is_refusal(answer.text)
         answer.seconds = time.perf_counter() - t0
         log.info("Answered in %.1fs, confidence %s", answer.seconds, answer.confidence)
         return answer
@@ -285,10 +354,10 @@ def main(argv: list[str] | None = None) -> int:
         stream = ask(args.question, retriever, scope=scope)
         for piece in stream:
             if not args.json:
-                sys.stdout.write(piece)
+                sys.stdout.write(terminal_text(piece))
                 sys.stdout.flush()
     except (ingest.IngestError, models.ModelUnavailableError) as err:
-        sys.stderr.write(f"{err}\n")
+        sys.stderr.write(terminal_text(f"{err}\n"))
         return 1
     result = stream.result
     if args.json:
@@ -297,10 +366,10 @@ def main(argv: list[str] | None = None) -> int:
     print("\n")
     for c in result.citations:
         mark = "verified" if c.verified else "NOT SUPPORTED"
-        print(f"  [{c.number}] {c.doc_name}, page {c.page} ({mark}{', inferred' if c.inferred else ''})")
+        print(terminal_text(f"  [{c.number}] {c.doc_name}, page {c.page} ({mark}{', inferred' if c.inferred else ''})"))
     for s in result.sentences:
         if s.supported is False:
-            print(f"  unsupported: {s.text}")
+            print(terminal_text(f"  unsupported: {s.text}"))
     print(f"confidence: {result.confidence}   seconds: {result.seconds:.1f}")
     return 0
 

@@ -356,6 +356,13 @@ class Retriever:
                 for key in top
             ]
 
+    def page_passages(self, collection: str, page: int) -> list[Hit]:
+        """Every stored chunk of one page, in reading order (``context.py`` picks what the model reads)."""
+        with self._lock:
+            self._refresh_if_stale()
+            hits = [self._hit(chunk_id, 0.0, {}) for chunk_id in self._page_chunks.get((collection, page), [])]
+        return sorted(hits, key=lambda h: h.start)
+
     def _best_keyword_chunk(self, key: PageKey, question: str) -> str:
         """The chunk of a page that shares the most question terms (for pages found by keywords only)."""
         terms = set(tokenize(question))

@@ -4,8 +4,14 @@ and the real embedded models, loaded once per test session."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import socket
+import subprocess
+import sys
 import threading
+import time
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -16,6 +22,7 @@ import config
 import ingest
 import models
 
+REPO = Path(__file__).resolve().parents[1]
 BENCH_DIR = Path(__file__).resolve().parents[2] / "shared" / "bench"
 
 # The test suite uses the small embedded chat model: answer quality is not what it tests.
@@ -151,3 +158,59 @@ def ollama_server(monkeypatch):
     yield FakeOllama
     server.shutdown()
     models.get_embeddings.cache_clear()
+
+
+# -----------------------------------------------------------------------------
+# The real app, served by `streamlit run` (with the repo's .streamlit/config.toml)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until_healthy(url: str, server: subprocess.Popen, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"streamlit exited early:\n{server.stdout.read()}")
+        try:
+            if urllib.request.urlopen(url, timeout=2).read() == b"ok":
+                return
+        except OSError:
+            time.sleep(0.5)
+    raise TimeoutError(f"streamlit did not answer {url} within {timeout}s")
+
+
+@pytest.fixture
+def serve_app(tmp_path):
+    """Start the real app with `streamlit run` on a temp store and the small embedded model
+    (``flags`` are added to the command line, ``env`` overrides settings); returns its URL."""
+    servers = []
+
+    def start(*flags: str, **env: str) -> str:
+        port = free_port()
+        settings = {
+            **os.environ,
+            "CHROMA_PERSIST_DIR": str(tmp_path / "store"),
+            "LOG_FILE": str(tmp_path / "app.log"),
+            "LLM_BACKEND": "embedded",
+            "EMBED_BACKEND": "embedded",
+            "EMBEDDED_LLM": "qwen2.5-coder-0.5b",
+            "ENRICH_ENABLED": "false",
+            **env,
+        }
+        server = subprocess.Popen(
+            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+             "--server.address", "127.0.0.1", "--server.headless", "true", *flags],
+            cwd=REPO, env=settings, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        servers.append(server)
+        wait_until_healthy(f"http://127.0.0.1:{port}/_stcore/health", server)
+        return f"http://127.0.0.1:{port}"
+
+    yield start
+    for server in servers:
+        server.terminate()
+        server.wait(timeout=30)

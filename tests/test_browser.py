@@ -12,12 +12,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
-import subprocess
-import sys
 import threading
-import time
-import urllib.request
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -27,7 +22,6 @@ import pytest
 import config
 from conftest import write_text_pdf
 
-REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_FLAGS = [
     "--no-sandbox",
@@ -45,25 +39,6 @@ if not Path(CHROMIUM).exists():
     pytest.skip("Chromium is not installed (apt-get install chromium)", allow_module_level=True)
 
 from playwright.sync_api import expect, sync_playwright  # noqa: E402  (only needed when Chromium exists)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_until_healthy(url: str, server: subprocess.Popen, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise RuntimeError(f"streamlit exited early:\n{server.stdout.read()}")
-        try:
-            if urllib.request.urlopen(url, timeout=2).read() == b"ok":
-                return
-        except OSError:
-            time.sleep(0.5)
-    raise TimeoutError(f"streamlit did not answer {url} within {timeout}s")
 
 
 class Listener(BaseHTTPRequestHandler):
@@ -89,39 +64,6 @@ def listener():
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield server.server_port, Listener.requests
     server.shutdown()
-
-
-@pytest.fixture
-def serve_app(tmp_path):
-    """Start the real app with `streamlit run` on a temp store and the small embedded model
-    (``env`` overrides settings); returns its URL."""
-    servers = []
-
-    def start(**env) -> str:
-        port = free_port()
-        settings = {
-            **os.environ,
-            "CHROMA_PERSIST_DIR": str(tmp_path / "store"),
-            "LOG_FILE": str(tmp_path / "app.log"),
-            "LLM_BACKEND": "embedded",
-            "EMBED_BACKEND": "embedded",
-            "EMBEDDED_LLM": "qwen2.5-coder-0.5b",
-            "ENRICH_ENABLED": "false",
-            **env,
-        }
-        server = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
-             "--server.address", "127.0.0.1", "--server.headless", "true"],
-            cwd=REPO, env=settings, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )
-        servers.append(server)
-        wait_until_healthy(f"http://127.0.0.1:{port}/_stcore/health", server)
-        return f"http://127.0.0.1:{port}"
-
-    yield start
-    for server in servers:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
@@ -156,3 +157,27 @@ def test_switching_documents_starts_with_fresh_filters(store, embedder, three_pa
     assert not app.exception
     assert app.multiselect(key="filter_pages").value == [] and app.number_input(key="page_number").value == 1
     assert "tides" in app.code[0].value
+
+
+def test_the_heatmap_rows_are_told_apart_and_tiny_variances_print_in_powers_of_ten(store, embedder, three_page_pdf):
+    ingest.ingest_pdf(three_page_pdf, store, embedder)
+    app = run_viewer()
+    data = app.get("vega_lite_chart")[0].proto.datasets[0].data.data  # the heatmap's frame, as Arrow
+    labels = set(pa.ipc.open_stream(data).read_all().to_pandas()["chunk"])
+    assert labels == {"p. 1 · chunk 0", "p. 2 · chunk 0", "p. 3 · chunk 0"}
+    stats = db_viewer.stat_rows(db_viewer.embedding_stats(np.array([[1.0, 0.0], [1.0, 3e-5]])))
+    assert stats[2] == {"statistic": "per-dimension variance", "min": "0", "median": "1.125e-10", "max": "2.25e-10"}
+
+
+def test_the_heatmap_control_starts_from_each_documents_own_default(store, embedder, three_page_pdf, tmp_path):
+    ingest.ingest_pdf(three_page_pdf, store, embedder)
+    ingest.ingest_pdf(write_text_pdf(tmp_path / "one.pdf", ["A single page about tides."]), store, embedder)
+    app = run_viewer()
+    facts = next(o for o in app.selectbox[0].options if o.startswith("facts.pdf"))
+    app.selectbox[0].select(facts).run()
+    chunks = next(n for n in app.number_input if n.label == "Heatmap: first chunks")
+    chunks.set_value(2).run()
+    one = next(o for o in app.selectbox[0].options if o.startswith("one.pdf"))
+    app.selectbox[0].select(one).run()
+    assert not app.exception
+    assert next(n for n in app.number_input if n.label == "Heatmap: first chunks").value == 1  # one.pdf's own default

@@ -39,6 +39,8 @@ def test_parse_citations_and_sentences_worked_examples():
     assert checker.split_sentences("It rained. [1] Then it snowed [2].") == ["It rained. [1]", "Then it snowed [2]."]
     assert checker.split_sentences("Funds were Rs. 1,039 million, see Fig. 3 [2]. Then e.g. this.\n- a [1]") == [
         "Funds were Rs. 1,039 million, see Fig. 3 [2].", "Then e.g. this.", "- a [1]"]
+    assert checker.split_sentences("The directors are Mr. R.A. Shah and Mr. C.M. Maniar [1]. Then it rained.") == [
+        "The directors are Mr. R.A. Shah and Mr. C.M. Maniar [1].", "Then it rained."]
 
 
 def test_question_intent_and_answer_shape_rules():
@@ -47,10 +49,15 @@ def test_question_intent_and_answer_shape_rules():
     assert qa.answer_shape("List the bankers of the company") == "list"
     assert qa.answer_shape("Summarise chapter 3") == "summary"
     assert qa.answer_shape("When did the railway arrive?") == "plain"
+    assert qa.answer_shape("Is the door code 4711?") == "yes_no"
+    assert qa.answer_shape("What percentage of seniors go online?") == "number"
+    assert qa.answer_shape("How many tonnes of fish were landed?") == "number"
     history = [("user", "Who kept the lighthouse?")]
     assert qa.needs_rewrite("And in 1911?", history) and not qa.needs_rewrite("And in 1911?", [])
     assert not qa.needs_rewrite("When did the railway reach the town of Port Elwin?", history)
     assert qa.personal_data_in("Call +44 20 7946 0958 please") == "a phone number"
+    assert qa.is_refusal("The documents do not say.") and not qa.is_refusal("The code is 4711 [1].")
+    assert qa.could_be_refusal("The doc") and not qa.could_be_refusal("The door code")
 
 
 def test_the_answer_judge_ignores_digit_grouping_and_tolerates_one_typo_in_long_answers():
@@ -77,9 +84,32 @@ def test_answer_cites_the_page_that_holds_the_fact(facts, default_llm):
 
 def test_streaming_yields_text_then_the_checked_result(facts, llm):
     retriever, _ = facts
-    stream = qa.ask("Who kept the lighthouse lamp?", retriever, llm=llm)
+    stages = []
+    stream = qa.ask("Who kept the lighthouse lamp?", retriever, llm=llm, on_stage=stages.append)
+    assert stages == ["Searching your documents…", "Reading 3 passages…"]  # said before the model starts
     pieces = list(stream)
     assert len(pieces) >= 2 and stream.result.text == "".join(pieces).strip()
+    assert stages[2:] == ["Writing…", "Checking the citations…"]
+
+
+def test_the_door_code_page_ends_with_a_verified_citation(store, embedder, llm, tmp_path):
+    pdf = write_text_pdf(tmp_path / "notice.pdf", ["Staff notice. The staff door code is 4711. Please keep it private.",
+                                                   "Canteen opening hours are 8:00 to 15:00 on weekdays."])
+    ingest.ingest_pdf(pdf, store, embedder)
+    answer = qa.answer_question("What is the staff door code?", Retriever(store, embedder), llm=llm)
+    assert "4711" in answer.text
+    assert [(c.page, c.verified) for c in answer.citations if c.page == 1] == [(1, True)], answer.to_json()
+
+
+def test_a_fact_in_a_table_row_ends_with_a_verified_citation(store, embedder, llm, tmp_path):
+    pdf = write_text_pdf(tmp_path / "results.pdf", [
+        "Fourth quarter results. Sales grew in every region.\n" + INCOME_TABLE,
+        "Outlook. The company expects to open twelve new stores next year.",
+    ])
+    ingest.ingest_pdf(pdf, store, embedder)
+    answer = qa.answer_question("What was operating income in 2023?", Retriever(store, embedder), llm=llm)
+    assert "412" in answer.text
+    assert any(c.page == 1 and c.verified for c in answer.citations), answer.to_json()
 
 
 def test_a_question_with_nothing_relevant_is_refused_without_calling_the_llm(facts):
@@ -121,6 +151,23 @@ def test_a_follow_up_is_rewritten_with_the_conversation(facts, llm):
     assert answer.rewritten_query and answer.rewritten_query != "And for how many winters?"
     rewritten = answer.rewritten_query.lower()
     assert any(word in rewritten for word in ("lighthouse", "tolland", "elwin", "keeper", "lamp"))
+
+
+def test_a_follow_up_rewrite_that_adds_a_number_is_rejected():
+    history = [("user", "What were SG&A expenses as a percentage of net sales?"),
+               ("assistant", "SG&A expenses were 23.5% of net sales [1].")]
+    question = "And what was that percentage in the fourth quarter alone?"
+    fallback = "What were SG&A expenses as a percentage of net sales? " + question
+    stated = "SG&A expenses as a percentage of net sales in the fourth quarter was 23.5% compared to 23.9%"
+    assert qa.checked_rewrite(stated, question, history) == fallback
+    assert qa.checked_rewrite("SG&A expenses in the fourth quarter was 23.5%", question, history) == fallback
+    assert qa.checked_rewrite("SG&A expenses as a percentage of net sales in the fourth quarter", question, history) == (
+        "SG&A expenses as a percentage of net sales in the fourth quarter")
+    lighthouse = [("user", "Who was the keeper?"), ("assistant", "Margaret Tolland was the keeper [1].")]
+    assert qa.checked_rewrite("How many winters did Margaret Tolland keep the lamp?", "And for how long?", lighthouse) == (
+        "How many winters did Margaret Tolland keep the lamp?")  # a name from the answer resolves "it"
+    assert qa.checked_rewrite("How long did John Smith keep the lamp?", "And for how long?", lighthouse) == (
+        "Who was the keeper? And for how long?")  # a name from nowhere
 
 
 def test_an_over_long_context_drops_whole_sources_from_the_bottom(facts, llm):
@@ -186,6 +233,43 @@ def test_restating_the_question_with_some_number_from_the_page_is_not_verified(e
     question = "How many steps are there for data exchange via USB?"
     [checked] = checker.verify_answer("There are 56 steps for data exchange via USB.", sources, embedder, question)
     assert checked.supported is False and not checked.citations
+
+
+INCOME_TABLE = ("Consolidated statement of income (in millions)\n| | 2023 | 2022 |\n| Net sales | 3,226.8 | 2,729.4 |\n"
+                "| Operating income | 412.0 | 318.0 |\n| Net income | 296.0 | 223.0 |")
+
+
+def test_a_figure_from_another_row_or_year_of_the_cited_table_is_not_supported(embedder):
+    sources = [_hit(INCOME_TABLE, 4)]
+    right, other_row, other_year = checker.verify_answer(
+        "Net income was $296.0 million in 2023 [1]. Net income was $412.0 million in 2023 [1]. "
+        "Net income was $223.0 million in 2023 [1].", sources, embedder, "What was net income?")
+    assert right.supported and right.citations[0].verified
+    assert other_row.supported is False and other_year.supported is False
+    assert checker.misplaced_figures("Net income was 412", "| | 2023 |\n| Operating income | 412 |\n| Net income | 296 |") == {"412"}
+    assert checker.table_units(["| | 2023 | 2022 |", "| Net sales | 3,226.8 | 2,729.4 |"]) == [
+        "Net sales 2023 3,226.8", "Net sales 2022 2,729.4"]
+
+
+def test_a_figure_in_another_sentence_of_the_cited_page_is_not_supported(embedder):
+    sources = [_hit("Wages were 11.4% of net sales. Rent was 6.2% of net sales.", 3)]
+    [checked] = checker.verify_answer("Wages were 6.2% of net sales [1].", sources, embedder, "What share of net sales were wages?")
+    assert checked.supported is False
+
+
+def test_the_questions_subject_need_not_be_repeated_by_the_passage(embedder):
+    """The filing says "fiscal 2022" where the user said FY2023, and never names the company in the passage."""
+    sources = [_hit("Merchandise inventories, net were $1,742.2 million at the end of fiscal 2022, "
+                    "compared to $1,499.1 million at the end of fiscal 2021.", 7)]
+    question = "What were Ulta Beauty's inventories in FY2023?"
+    [checked] = checker.verify_answer("Ulta Beauty's inventories in FY2023 were $1,742.2 million [1].", sources, embedder, question)
+    assert checked.supported and checked.citations[0].verified
+
+
+def test_the_word_for_word_answer_from_a_short_page_is_verified(embedder):
+    sources = [_hit("Staff notice. The staff door code is 4711. Please keep it private.", 1)]
+    [checked] = checker.verify_answer("The staff door code is 4711 [1].", sources, embedder, "What is the staff door code?")
+    assert checked.supported and checked.citations[0].verified
 
 
 def test_a_wrong_marker_stays_flagged_and_the_page_that_backs_the_sentence_is_inferred(embedder):
