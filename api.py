@@ -260,7 +260,6 @@ class AnswerJob:
         self.question, self._loop = question, loop
         self.events: asyncio.Queue[tuple[str, dict]] = asyncio.Queue()
         self.cancelled = threading.Event()  # the client hung up: stop generating for it
-        self.submitted = time.monotonic()
 
     def emit(self, kind: str, data: dict) -> None:
         try:

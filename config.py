@@ -144,6 +144,19 @@ INDEX_CHECK_SECONDS = _env("INDEX_CHECK_SECONDS", 5.0)  # how often search looks
 PAGE_REFS = _env("PAGE_REFS", True)  # a question naming "page 14" / "the cover page" ranks that page
 KEYWORD_SEAT = _env("KEYWORD_SEAT", True)  # the best BM25 page always gets one of the k places
 NUMBERED_REFS = _env("NUMBERED_REFS", True)  # "Fig. 3" and "Figure 3" become one keyword, distinct from "Table 3"
+# Issue 18: retrieval that holds on phrasings and documents it was not tuned on (README, "What generalises").
+NAME_INITIALS = _env("NAME_INITIALS", True)  # "Prosecution Services Staff" is also the keyword "pss", so "PSS" finds it
+QUESTION_PARSING = _env("QUESTION_PARSING", True)  # search the question without its instructions about the answer's form
+STATEMENT_HINTS = _env("STATEMENT_HINTS", True)  # "... shown in the cash flow statement": pages headed so join the fusion
+YEAR_WORDING = _env("YEAR_WORDING", True)  # a year is searched as each document writes it (FY2019 / fiscal 2019 / 2019)
+FUSION = _env("FUSION", "seats")  # rrf | seats (each leg's best page keeps a place) | margin (RRF weighed by each leg's lead) | score
+if FUSION not in ("rrf", "seats", "margin", "score"):
+    raise SettingError(f"Setting FUSION={FUSION!r} is not one of rrf, seats, margin, score.")
+ROUTING = _env("ROUTING", True)  # in a library, pages of the documents a question names are favoured
+ROUTE_BOOST = _env("ROUTE_BOOST", 0.3)  # a named document's pages get their fused score times (1 + this)
+ROUTE_MAX_SHARE = _env("ROUTE_MAX_SHARE", 0.1)  # a profile word names a document only if at most this share of documents have it
+PROFILE_CHARS = _env("PROFILE_CHARS", 1500)  # characters of each of the first pages read into a document's profile
+PROFILE_PAGES = _env("PROFILE_PAGES", 2)  # first pages read into a document's profile
 BM25_K1 = _env("BM25_K1", 1.5)
 BM25_B = _env("BM25_B", 0.75)
 # Words too common to help keyword search (space-separated; override with your own list).

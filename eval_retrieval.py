@@ -1,7 +1,8 @@
 """Score retrieval against questions whose answer pages are known.
 
-    python eval_retrieval.py [--questions FILE] [--pdf-dir DIR] [--scope doc|library|both]
-                             [--k 5] [--json OUT] [--report OUT.md] [--store DIR] [--limit N]
+    python eval_retrieval.py [--questions FILE] [--pdf-dir DIR] [--scope doc|library|type|both|all]
+                             [--k 5] [--json OUT] [--report OUT.md] [--store DIR] [--stored-only] [--limit N]
+                             [--perturb] [--split all|fit|held-out] [--seed 18]
                              [--chunk-size CHARS --chunk-overlap CHARS]
 
 Data flow: questions (JSON list or JSONL: question, doc, pages 1-based, optional
@@ -19,6 +20,15 @@ Metrics at k: hit@k (a gold page is in the top k), recall@k (share of gold pages
 found), precision@k (share of the k pages that are gold), MRR (1 / rank of the
 first gold page, 0 if none in the top k).
 
+Robustness (--perturb): each question is also asked reworded in seeded ways
+(PERTURBATIONS: an instruction sentence about the answer's form appended or
+prepended, company and product names abbreviated, years written FY2019 /
+fiscal 2019 / 2019) and hit@k of each leg and of hybrid is reported per
+wording beside the plain run. --split fit|held-out keeps rules honest: decide
+on the seeded fit half, report the held-out half apart. --scope type searches
+the library of the question's own document type (``doc_type``); per-type
+figures are reported whenever questions carry one.
+
 Chunking policies (``extract.chunk_page``'s size and overlap) are compared by
 running once per policy with --chunk-size/--chunk-overlap: each policy gets its
 own store beside the default one, since a PDF's collection name is its hash.
@@ -29,6 +39,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import random
+import re
 import statistics
 import sys
 from collections import defaultdict
@@ -40,18 +52,24 @@ import config
 import ingest
 import models
 from retriever import Retriever, tokenize
+from routing import LEGAL_SUFFIX, NAME_RUN
 
 log = logging.getLogger(__name__)
 
-# name -> Retriever.search options; "hybrid" is the configuration the app uses
+# name -> Retriever.search options; "hybrid" is the configuration the app uses (every setting from config.py)
+BEFORE_ISSUE_18 = {"question_parsing": False, "fusion": "rrf", "routing": False, "statement_hints": False}
 ABLATIONS = {
-    "semantic": {"mode": "semantic", "page_refs": False},
-    "bm25": {"mode": "bm25", "page_refs": False},
-    "hybrid-plain": {"mode": "hybrid", "page_refs": False, "keyword_seat": False},
-    "hybrid-no-page-refs": {"mode": "hybrid", "page_refs": False, "keyword_seat": True},
-    "hybrid-no-keyword-seat": {"mode": "hybrid", "page_refs": True, "keyword_seat": False},
-    "hybrid": {"mode": "hybrid", "page_refs": True, "keyword_seat": True},
+    "semantic": {"mode": "semantic", "page_refs": False, "statement_hints": False},
+    "bm25": {"mode": "bm25", "page_refs": False, "statement_hints": False},
+    "hybrid-plain": {"mode": "hybrid", "page_refs": False, "keyword_seat": False, **BEFORE_ISSUE_18},
+    "hybrid-no-page-refs": {"mode": "hybrid", "page_refs": False, "keyword_seat": True, **BEFORE_ISSUE_18},
+    "hybrid-no-keyword-seat": {"mode": "hybrid", "page_refs": True, "keyword_seat": False, **BEFORE_ISSUE_18},
+    "hybrid-main": {"mode": "hybrid", "page_refs": True, "keyword_seat": True, **BEFORE_ISSUE_18},  # before issue 18
+    "hybrid-no-parsing": {"mode": "hybrid", "question_parsing": False},
+    "hybrid-no-routing": {"mode": "hybrid", "routing": False},
+    "hybrid": {"mode": "hybrid"},
 }
+PERTURB_ABLATIONS = ("semantic", "bm25", "hybrid-main", "hybrid")
 DEFAULT_QUESTIONS = Path(config.INPUT_DATA_DIR) / "eval_questions.json"
 DEFAULT_STORE = config.BASE_DIR / "chroma_store_eval"
 
@@ -86,6 +104,100 @@ def ingest_needed(questions: list[dict], pdf_dir: Path, client, embedder) -> dic
         result = ingest.ingest_pdf(pdf_dir / doc, client, embedder, doc_name=doc)
         collections[doc] = result.collection
     return collections
+
+
+# -----------------------------------------------------------------------------
+# Perturbations: the same question in the wordings real users add (--perturb).
+# The rules come from issue 18's description of analysts' questions on financial
+# filings (instructions about the answer's form around the question, abbreviated
+# company names, fiscal-year wording), not from which bench questions fail.
+
+INSTRUCTIONS_AFTER = [
+    "Give a response to the question by relying on the details shown in the {statement}.",
+    "Please state answer in USD millions.",
+    "If this is not a useful metric for a company like this, then please state that and explain why.",
+    "Round your answer to two decimal places.",
+    "Answer in one sentence and show your calculation.",
+    "Base your answer only on the {statement}.",
+]
+INSTRUCTIONS_BEFORE = [
+    "Answer the following question as if you are an equity research analyst.",
+    "You are a financial analyst reviewing this document.",
+    "Using the details shown in the {statement}, answer the question.",
+    "Please answer concisely and state any assumptions you make.",
+]
+STATEMENTS = ["cash flow statement", "income statement", "balance sheet", "statement of financial position"]
+PERTURBATIONS = ("instruction-after", "instruction-before", "abbreviated-names", "year-wording")
+
+_YEAR = re.compile(r"\b(?:FY\s?|fiscal(?:\s+year)?\s+)?((?:19|20)\d\d)\b", re.IGNORECASE)
+
+
+def abbreviate_names(question: str, rng: random.Random) -> str:
+    """Legal suffixes dropped; a run of capitalised words becomes its initials or its first word.
+
+    (A name is what routing.py calls one, so routing's acronyms meet this rule by construction: real
+    abbreviations such as stock tickers are not covered.)
+
+    abbreviate_names("What did Costco Wholesale Corporation report?", rng) -> "What did CW report?" (or "... Costco report?")
+    """
+    text = LEGAL_SUFFIX.sub("", question)
+
+    def shorten(match: re.Match) -> str:
+        words = [w for w in match.group(0).split() if w[0].isupper()]
+        if match.start() == 0:  # the question's first word is capitalised anyway
+            return match.group(0) if len(words) < 3 else words[0] + " " + shorten_words(words[1:])
+        return shorten_words(words)
+
+    def shorten_words(words: list[str]) -> str:
+        return "".join(w[0] for w in words).upper() if rng.random() < 0.5 else words[0]
+
+    return NAME_RUN.sub(shorten, text)
+
+
+def reword_years(question: str, rng: random.Random) -> str:
+    """Each year in another of the wordings "FY2019", "fiscal 2019", "2019".
+
+    reword_years("Revenue in 2019?", rng) -> "Revenue in FY2019?" (or "... fiscal 2019?")
+    """
+    def reword(match: re.Match) -> str:
+        year, current = match.group(1), match.group(0)
+        forms = [form for form in (f"FY{year}", f"fiscal {year}", year) if form.lower() != current.lower()]
+        return rng.choice(forms)
+
+    return _YEAR.sub(reword, question)
+
+
+def perturb(question: str, kind: str, rng: random.Random) -> str:
+    """``question`` rewritten one way (a name from PERTURBATIONS); unchanged when the rule finds nothing to change."""
+    statement = rng.choice(STATEMENTS)
+    if kind == "instruction-after":
+        return f"{question.strip()} {rng.choice(INSTRUCTIONS_AFTER).format(statement=statement)}"
+    if kind == "instruction-before":
+        return f"{rng.choice(INSTRUCTIONS_BEFORE).format(statement=statement)} {question.strip()}"
+    if kind == "abbreviated-names":
+        return abbreviate_names(question, rng)
+    if kind == "year-wording":
+        return reword_years(question, rng)
+    raise ValueError(f"unknown perturbation {kind!r}; choose from {', '.join(PERTURBATIONS)}")
+
+
+def perturbed_questions(questions: list[dict], kind: str, seed: int) -> list[dict]:
+    """Copies of ``questions`` rewritten by ``kind``, each with its own seeded generator (stable per question)."""
+    out = []
+    for q in questions:
+        rng = random.Random(f"{seed}:{kind}:{q['question']}")
+        out.append({**q, "question": perturb(q["question"], kind, rng), "plain_question": q["question"]})
+    return out
+
+
+def split_questions(questions: list[dict], part: str, seed: int) -> list[dict]:
+    """A seeded half of the questions: "fit" (rules were decided on it), "held-out" (the other half) or "all"."""
+    if part == "all":
+        return questions
+    order = list(range(len(questions)))
+    random.Random(seed).shuffle(order)
+    fit = set(order[: len(order) // 2])
+    return [q for i, q in enumerate(questions) if (i in fit) == (part == "fit")]
 
 
 # -----------------------------------------------------------------------------
@@ -148,43 +260,99 @@ def diagnose(retriever: Retriever, q: dict, scope: list[str] | None, gold: set, 
         "token_overlap": round(len(query_terms & gold_terms) / max(len(query_terms), 1), 2),
         "near_misses": near,
         "carried_by": carried,
-        "rrf_table": [
-            {"doc": h.doc_name, "page": h.page, "rrf": round(h.score, 4), **{k: v for k, v in h.trace.items() if k != "rrf"}}
+        "fusion_table": [
+            {"doc": h.doc_name, "page": h.page, "fused": round(h.score, 4), **{k: v for k, v in h.trace.items() if k != "fused"}}
             for h in hits
         ],
     }
 
 
-def evaluate(retriever: Retriever, questions: list[dict], collections: dict[str, str], scopes: list[str], k: int) -> dict:
+def question_scope(q: dict, scope_name: str, collections: dict[str, str], doc_types: dict[str, str]) -> list[str] | None:
+    """The documents searched for ``q``: its own ("doc"), every one ("library"), or those of its type ("type")."""
+    if scope_name == "doc":
+        return [collections[q["doc"]]]
+    if scope_name == "type":
+        return [col for doc, col in collections.items() if doc_types.get(doc) == doc_types.get(q["doc"])]
+    return None
+
+
+def run_ablation(retriever: Retriever, questions: list[dict], collections: dict[str, str], doc_types: dict[str, str],
+                 scope_name: str, options: dict, k: int, desc: str) -> list[tuple[dict, list, dict]]:
+    """(question, hits, metrics row) for every answerable question under one ablation and scope."""
+    out = []
+    for q in tqdm(questions, desc=desc, unit="q", leave=False):
+        scope = question_scope(q, scope_name, collections, doc_types)
+        gold = {(collections[q["doc"]], p) for p in q["pages"]}
+        hits = retriever.search(q["question"], k=k, scope=scope, **options)
+        row = {"category": q["category"], "doc_type": doc_types.get(q["doc"], "unknown"),
+               **page_metrics([(h.collection, h.page) for h in hits], gold, k)}
+        out.append((q, hits, row))
+    return out
+
+
+def summary_with_breakdowns(rows: list[dict], k: int) -> dict:
+    """Overall metrics plus the same per evidence category and per document type."""
+    breakdowns = {}
+    for field_name in ("category", "doc_type"):
+        groups = defaultdict(list)
+        for row in rows:
+            groups[row[field_name]].append(row)
+        breakdowns[f"by_{field_name}"] = {name: summarise(group, k) for name, group in sorted(groups.items())}
+    return {**summarise(rows, k), **breakdowns}
+
+
+def evaluate(retriever: Retriever, questions: list[dict], collections: dict[str, str], scopes: list[str], k: int,
+             doc_types: dict[str, str] | None = None) -> dict:
     """Run every ablation in every scope; returns metrics, breakdowns and per-question rows."""
+    doc_types = doc_types or {}
     answerable = [q for q in questions if q["pages"]]
     unanswerable = [q for q in questions if not q["pages"]]
     texts_by_doc = {doc: ingest.page_texts(ingest.open_collection(retriever.client, col, retriever.embedder)) for doc, col in collections.items()}
     results: dict = {"k": k, "ablations": {}, "per_question": [], "unanswerable": {}}
     for scope_name in scopes:
         for ablation, options in ABLATIONS.items():
-            rows = []
-            for q in tqdm(answerable, desc=f"{scope_name}/{ablation}", unit="q", leave=False):
-                col = collections[q["doc"]]
-                scope = [col] if scope_name == "doc" else None
-                gold = {(col, p) for p in q["pages"]}
-                hits = retriever.search(q["question"], k=k, scope=scope, **options)
-                row = {"category": q["category"], **page_metrics([(h.collection, h.page) for h in hits], gold, k)}
-                rows.append(row)
-                if ablation == "hybrid":
+            runs = run_ablation(retriever, answerable, collections, doc_types, scope_name, options, k, f"{scope_name}/{ablation}")
+            if ablation == "hybrid":
+                for q, hits, row in runs:
+                    scope = question_scope(q, scope_name, collections, doc_types)
+                    gold = {(collections[q["doc"]], p) for p in q["pages"]}
                     results["per_question"].append(
                         {"scope": scope_name, "question": q["question"], "doc": q["doc"], "gold_pages": q["pages"],
                          "retrieved": [h.page for h in hits], **row,
                          **diagnose(retriever, q, scope, gold, hits, texts_by_doc[q["doc"]])}
                     )
-            by_category = defaultdict(list)
-            for row in rows:
-                by_category[row["category"]].append(row)
-            results["ablations"][f"{scope_name}/{ablation}"] = {
-                **summarise(rows, k),
-                "by_category": {c: summarise(r, k) for c, r in sorted(by_category.items())},
-            }
-        results["unanswerable"][scope_name] = top_similarity_gap(retriever, answerable, unanswerable, collections, scope_name)
+            results["ablations"][f"{scope_name}/{ablation}"] = summary_with_breakdowns([row for _, _, row in runs], k)
+        if scope_name != "type":
+            results["unanswerable"][scope_name] = top_similarity_gap(retriever, answerable, unanswerable, collections, scope_name)
+    return results
+
+
+def evaluate_perturbed(retriever: Retriever, questions: list[dict], collections: dict[str, str], scopes: list[str],
+                       k: int, seed: int, doc_types: dict[str, str] | None = None) -> dict:
+    """hit@k of each leg and of hybrid for the plain questions and each perturbation, per scope.
+
+    Besides the figure over all questions, each perturbation reports how many
+    questions it changed and the plain vs perturbed hit@k on just those.
+    """
+    doc_types = doc_types or {}
+    answerable = [q for q in questions if q["pages"]]
+    variants = {"plain": answerable} | {kind: perturbed_questions(answerable, kind, seed) for kind in PERTURBATIONS}
+    results: dict = {"k": k, "seed": seed, "runs": {}}
+    for scope_name in scopes:
+        for ablation in PERTURB_ABLATIONS:
+            plain_hits = None
+            for kind, variant in variants.items():
+                runs = run_ablation(retriever, variant, collections, doc_types, scope_name, ABLATIONS[ablation], k,
+                                    f"{scope_name}/{ablation}/{kind}")
+                hits = [row["hit"] for _, _, row in runs]
+                plain_hits = plain_hits or hits
+                changed = [i for i, q in enumerate(variant) if q["question"] != q.get("plain_question", q["question"])]
+                results["runs"][f"{scope_name}/{ablation}/{kind}"] = {
+                    **summary_with_breakdowns([row for _, _, row in runs], k),
+                    "changed": len(changed),
+                    "changed_plain_hit": round(sum(plain_hits[i] for i in changed) / len(changed), 3) if changed else None,
+                    "changed_hit": round(sum(hits[i] for i in changed) / len(changed), 3) if changed else None,
+                }
     return results
 
 
@@ -235,16 +403,60 @@ def markdown_report(results: dict, questions_path: Path) -> str:
     return "\n".join(parts) + "\n"
 
 
+def perturbation_table(results: dict, scopes: list[str]) -> str:
+    """One row per wording, hit@k of each leg and hybrid per scope, hybrid's change from plain, and the
+    changed questions' plain -> perturbed hybrid hit@k."""
+    k, runs = results["k"], results["runs"]
+    header = ["wording", "changed"]
+    for scope in scopes:
+        header += [f"{scope} {a}" for a in PERTURB_ABLATIONS] + [f"{scope} Δ hybrid", f"{scope} changed only"]
+    lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
+    for kind in ("plain", *PERTURBATIONS):
+        cells = [kind, str(runs[f"{scopes[0]}/hybrid/{kind}"]["changed"])]
+        for scope in scopes:
+            cells += [str(runs[f"{scope}/{a}/{kind}"][f"hit@{k}"]) for a in PERTURB_ABLATIONS]
+            hybrid = runs[f"{scope}/hybrid/{kind}"]
+            cells.append(f"{hybrid[f'hit@{k}'] - runs[f'{scope}/hybrid/plain'][f'hit@{k}']:+.3f}")
+            cells.append(f"{hybrid['changed_plain_hit']} -> {hybrid['changed_hit']}" if hybrid["changed"] else "-")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def doc_type_table(results: dict, scopes: list[str], ablation: str = "hybrid") -> str:
+    """hit@k of ``ablation`` per document type in each scope (plain questions)."""
+    k = results["k"]
+    key = (lambda scope: f"{scope}/{ablation}/plain") if "runs" in results else (lambda scope: f"{scope}/{ablation}")
+    table = results["runs"] if "runs" in results else results["ablations"]
+    types = sorted(table[key(scopes[0])]["by_doc_type"])
+    lines = ["| document type | n | " + " | ".join(f"{s} hit@{k}" for s in scopes) + " |", "|---" * (len(scopes) + 2) + "|"]
+    for t in types:
+        n = table[key(scopes[0])]["by_doc_type"][t]["n"]
+        lines.append(f"| {t} | {n} | " + " | ".join(str(table[key(s)]["by_doc_type"][t][f"hit@{k}"]) for s in scopes) + " |")
+    return "\n".join(lines)
+
+
+SCOPES = {"doc": ["doc"], "library": ["library"], "type": ["type"], "both": ["doc", "library"], "all": ["doc", "library", "type"]}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Page-level retrieval evaluation.")
     parser.add_argument("--questions", type=Path, default=DEFAULT_QUESTIONS)
     parser.add_argument("--pdf-dir", type=Path, help="default: pdfs/ beside the questions file")
-    parser.add_argument("--scope", choices=["doc", "library", "both"], default="both")
+    parser.add_argument("--scope", choices=list(SCOPES), default="both",
+                        help="doc: own document; library: all; type: all documents of the question's doc_type; "
+                             "both: doc + library; all: the three")
     parser.add_argument("--k", type=int, default=config.TOP_K)
     parser.add_argument("--json", type=Path, help="write all results here")
     parser.add_argument("--report", type=Path, help="Markdown report (default: beside --json, else eval_report.md)")
     parser.add_argument("--store", type=Path, default=DEFAULT_STORE, help="evaluation store (kept between runs)")
     parser.add_argument("--limit", type=int, help="only the first N questions")
+    parser.add_argument("--split", choices=["all", "fit", "held-out"], default="all",
+                        help="a seeded half of the questions: fit (rules decided on it) or held-out (the other half)")
+    parser.add_argument("--perturb", action="store_true",
+                        help="hit@k of each leg and hybrid for the plain questions and each seeded rewording")
+    parser.add_argument("--seed", type=int, default=18, help="seed of --split and --perturb")
+    parser.add_argument("--stored-only", action="store_true",
+                        help="ingest nothing: use the documents already complete in --store, leave out questions about others")
     parser.add_argument("--chunk-size", type=int, help="compare a chunking policy (own store per policy)")
     parser.add_argument("--chunk-overlap", type=int)
     args = parser.parse_args(argv)
@@ -255,18 +467,37 @@ def main(argv: list[str] | None = None) -> int:
         args.store = args.store.with_name(f"{args.store.name}-chunks{config.CHUNK_SIZE}-{config.CHUNK_OVERLAP}")
     config.CHROMA_PERSIST_DIR = str(args.store)  # locks and store live beside the evaluation store
 
-    questions = load_questions(args.questions)[: args.limit]
+    all_questions = load_questions(args.questions)
+    in_split = {id(q) for q in split_questions(all_questions, args.split, args.seed)}  # halves of the whole file
     client, embedder = ingest.get_client(str(args.store)), models.get_embeddings()
-    collections = ingest_needed(questions, args.pdf_dir or default_pdf_dir(args.questions), client, embedder)
+    if args.stored_only:
+        collections = {d["doc_name"]: d["collection"] for d in ingest.list_documents(client)}
+        missing = sorted({q["doc"] for q in all_questions} - set(collections))
+        if missing:
+            log.warning("Left out: %d questions about %d documents not in the store: %s",
+                        sum(q["doc"] in missing for q in all_questions), len(missing), ", ".join(missing))
+        all_questions = [q for q in all_questions if q["doc"] in collections]
+    else:  # every document of the question file is in the library, whichever questions are asked
+        collections = ingest_needed(all_questions, args.pdf_dir or default_pdf_dir(args.questions), client, embedder)
+    questions = [q for q in all_questions if id(q) in in_split][: args.limit]
+    doc_types = {q["doc"]: q["doc_type"] for q in all_questions if q.get("doc_type")}
     retriever = Retriever(client, embedder)
     retriever.refresh()
-    scopes = ["doc", "library"] if args.scope == "both" else [args.scope]
-    results = evaluate(retriever, questions, collections, scopes, args.k)
-
-    print(metrics_table(results))
-    print(json.dumps(results["unanswerable"]))
+    scopes = SCOPES[args.scope]
     report = args.report or (args.json.with_suffix(".md") if args.json else Path("eval_report.md"))
-    report.write_text(markdown_report(results, args.questions), encoding="utf-8")
+    if args.perturb:
+        results = evaluate_perturbed(retriever, questions, collections, scopes, args.k, args.seed, doc_types)
+        text = perturbation_table(results, scopes)
+        parts = [f"# Perturbed retrieval: {args.questions.name} ({args.split}, seed {args.seed})", "", text, ""]
+    else:
+        results = evaluate(retriever, questions, collections, scopes, args.k, doc_types)
+        text = metrics_table(results) + "\n" + json.dumps(results["unanswerable"])
+        parts = [markdown_report(results, args.questions)]
+    if doc_types:
+        text += "\n\n" + doc_type_table(results, scopes)
+        parts += ["## hybrid hit@k per document type", "", doc_type_table(results, scopes), ""]
+    print(text)
+    report.write_text("\n".join(parts), encoding="utf-8")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2), encoding="utf-8")
     print(f"report: {report}")

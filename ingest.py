@@ -81,7 +81,7 @@ from extract import (  # noqa: F401  (the PDF errors are part of ingest's interf
     read_page,
     unreadable_pages,
 )
-from safe_text import fence_text
+from safe_text import fence_text, terminal_text
 
 log = logging.getLogger(__name__)
 
@@ -696,7 +696,7 @@ def find_pdfs(paths: list[str]) -> list[Path]:
 def _bar(current: int, total: int, message: str) -> None:
     width = 30
     filled = int(width * current / max(total, 1))
-    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {current}/{total} {message[:60]:<60}")
+    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {current}/{total} {terminal_text(message)[:60]:<60}")
     sys.stderr.flush()
 
 
@@ -718,7 +718,7 @@ def main(argv: list[str] | None = None) -> int:
     embedder = models.get_embeddings()
     rows, failures = [], 0
     for pdf in pdfs:
-        sys.stderr.write(f"{pdf}\n")
+        sys.stderr.write(terminal_text(f"{pdf}\n"))
         try:
             result = ingest_pdf(pdf, client, embedder, progress=_bar)
             if config.ENRICH_ENABLED and not args.no_enrich:
@@ -738,7 +738,7 @@ def main(argv: list[str] | None = None) -> int:
     header = ("file", "pages", "chunks", "ocr pages", "seconds", "status")
     widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(5)]
     for row in [header] + rows:
-        sys.stdout.write("  ".join(str(v).ljust(w) for v, w in zip(row[:5], widths)) + "  " + str(row[5]) + "\n")
+        sys.stdout.write(terminal_text("  ".join(str(v).ljust(w) for v, w in zip(row[:5], widths)) + "  " + str(row[5])) + "\n")
     return 1 if failures else 0
 
 

@@ -54,6 +54,10 @@ SOURCE_BLOCK = "[{number}]\n<source>\nDocument: {doc_name}, page {page}{title}\n
 
 ANSWER_USER = "Sources:\n\n{sources}\n\nQuestion: {question}\n{shape}"
 
+# Instructions about the answer's form that came with the question (units, a persona, "state that ..."),
+# separated from it by question.parse_question so that only the question is searched.
+ANSWER_FORM = "Answer form: {instructions}"
+
 ANSWER_SHAPES = {
     "list": "Answer as a short bulleted list, one cited item per line.",
     "compare": "Compare point by point, citing each side's source.",

@@ -39,8 +39,9 @@ import ingest
 import models
 import prompts
 from checker import CheckedSentence, Citation, strip_markers, verify_answer
+from question import parse_question
 from retriever import Hit, Retriever
-from safe_text import fence_text
+from safe_text import fence_text, terminal_text
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,17 @@ def answer_shape(question: str) -> str:
     if re.search(r"\b(how (many|much|long|old|often|far)|what (percentage|percent|share|proportion|number|amount|ratio))\b|%", q):
         return "number"
     return "plain"
+
+
+def question_for_prompt(question: str) -> str:
+    """The question, then its instructions about the answer's form on a line of their own (see question.py).
+
+    question_for_prompt("What was capex? State it in USD millions.") -> "What was capex?\nAnswer form: State it in USD millions."
+    """
+    parsed = parse_question(question)
+    if not parsed.instructions:
+        return question
+    return f"{parsed.query}\n{prompts.ANSWER_FORM.format(instructions=' '.join(parsed.instructions))}"
 
 
 def needs_rewrite(question: str, history: list[tuple[str, str]]) -> bool:
@@ -281,14 +293,15 @@ def ask(
         log.info("Refused without the LLM: best similarity %.3f < %.3f", best, config.REFUSAL_MIN_SIMILARITY)
         answer.refused, answer.sources = True, hits
         return _fixed(answer, prompts.NOT_FOUND)
+    asked = question_for_prompt(question)  # the retriever searched the question without these instructions
     passages = context.choose_context(query, hits, retriever)
-    sources = fit_sources(question, passages, history, lambda text: models.count_tokens(llm, text), config.LLM_N_CTX, config.LLM_MAX_TOKENS)
+    sources = fit_sources(asked, passages, history, lambda text: models.count_tokens(llm, text), config.LLM_N_CTX, config.LLM_MAX_TOKENS)
     answer.sources = sources
     stage(f"Reading {len(sources)} passage{'s' if len(sources) != 1 else ''}…")
 
     def model_pieces(shown: list[Hit]) -> Iterator[str]:
         try:
-            for chunk in llm.stream(build_messages(question, shown, history)):
+            for chunk in llm.stream(build_messages(asked, shown, history)):
                 if answer.first_token_seconds is None:
                     answer.first_token_seconds = time.perf_counter() - t0
                     log.info("First token after %.2fs", answer.first_token_seconds)
@@ -354,10 +367,10 @@ def main(argv: list[str] | None = None) -> int:
         stream = ask(args.question, retriever, scope=scope)
         for piece in stream:
             if not args.json:
-                sys.stdout.write(piece)
+                sys.stdout.write(terminal_text(piece))
                 sys.stdout.flush()
     except (ingest.IngestError, models.ModelUnavailableError) as err:
-        sys.stderr.write(f"{err}\n")
+        sys.stderr.write(terminal_text(f"{err}\n"))
         return 1
     result = stream.result
     if args.json:
@@ -366,10 +379,10 @@ def main(argv: list[str] | None = None) -> int:
     print("\n")
     for c in result.citations:
         mark = "verified" if c.verified else "NOT SUPPORTED"
-        print(f"  [{c.number}] {c.doc_name}, page {c.page} ({mark}{', inferred' if c.inferred else ''})")
+        print(terminal_text(f"  [{c.number}] {c.doc_name}, page {c.page} ({mark}{', inferred' if c.inferred else ''})"))
     for s in result.sentences:
         if s.supported is False:
-            print(f"  unsupported: {s.text}")
+            print(terminal_text(f"  unsupported: {s.text}"))
     print(f"confidence: {result.confidence}   seconds: {result.seconds:.1f}")
     return 0
 

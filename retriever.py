@@ -39,6 +39,14 @@ from scipy.sparse import csr_matrix
 import config
 import ingest
 import models
+from question import STATEMENT_NAMES, parse_question, year_wordings, years_named
+from routing import (
+    DocumentProfile,
+    distinctive_words,
+    document_profile,
+    initials,
+    route,
+)
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +58,7 @@ _NUMBERED_THING = re.compile(
     r"\b(fig(?:ure)?|tab(?:le)?|chart|section|chapter|appendix|step|slide)s?\.?\s*(\d+[a-z]?|[ivx]+)\b", re.IGNORECASE
 )
 _KIND = {"fig": "figure", "tab": "table"}
+_FISCAL_YEAR = re.compile(r"\bFY\s?'?((?:19|20)\d\d|\d\d)\b", re.IGNORECASE)
 
 
 def tokenize(text: str) -> list[str]:
@@ -57,8 +66,13 @@ def tokenize(text: str) -> list[str]:
     numbered figure/table/section so "Fig. 3" matches "Figure 3" but not "Table 3".
 
     tokenize("The page. Page 3, Zürich! See Fig. 2") -> ["page", "page", "3", "zürich", "see", "fig", "2", "figure_2"]
+    tokenize("FY19 capex") -> ["fy", "2019", "capex"]   (so "FY2019" matches a page that says "2019")
+    tokenize("Prosecution Services Staff") -> ["prosecution", "services", "staff", "pss"]   (so "PSS" matches it)
     """
+    text = _FISCAL_YEAR.sub(lambda m: f"FY {m.group(1) if len(m.group(1)) == 4 else '20' + m.group(1)}", text)
     words = [w for w in _WORD.findall(text.lower()) if w not in STOPWORDS]
+    if config.NAME_INITIALS:
+        words += initials(text)
     if config.NUMBERED_REFS:
         words += [f"{_KIND.get(kind.lower(), kind.lower())}_{num.lower()}" for kind, num in _NUMBERED_THING.findall(text)]
     return words
@@ -135,6 +149,69 @@ class SparseBM25:
         return np.asarray(self.matrix[ids].sum(axis=0)).ravel()
 
 
+PageKey = tuple[str, int]  # (collection name, 1-based page number)
+_YEAR_STYLES = ("plain", "fy", "fiscal")
+_STATEMENT_HEADING = {name: re.compile(rf"^\W*(?:consolidated\s+|combined\s+)?(?:{pattern})\b.{{0,40}}$", re.IGNORECASE | re.MULTILINE)
+                      for name, pattern in STATEMENT_NAMES.items()}
+
+
+def statements_headed(page_text: str) -> list[str]:
+    """The financial statements a page is headed by: a short line that names one.
+
+    statements_headed("CONSOLIDATED STATEMENTS OF CASH FLOWS\n(in millions)\n...") -> ["cash flow statement"]
+    """
+    return [name for name, heading in _STATEMENT_HEADING.items() if heading.search(page_text)]
+
+
+def fuse(rankings: dict[str, list[tuple[PageKey, float]]], method: str) -> dict[PageKey, float]:
+    """One fused score per page from each leg's (page, score) ranking, best first within a leg.
+
+    "rrf" and "seats" add 1 / (RRF_K + rank). "margin" weighs each leg's RRF share by
+    1 + its top score's lead over its runner-up (as a share of the leg's score range),
+    so a leg that is sure of its winner counts up to twice. "score" adds each leg's
+    scores min-max scaled to [0, 1] over its candidates (legs without scores, like
+    named pages, score 1 - (rank-1)/length).
+
+    fuse({"a": [(p, 0.9), (q, 0.3)], "b": [(q, 5.0)]}, "score") -> {p: 1.0, q: 0.0 + 1.0}
+    """
+    if method in ("rrf", "seats"):
+        return rrf([[key for key, _ in ranking] for ranking in rankings.values()])
+    fused: dict[PageKey, float] = {}
+    for ranking in rankings.values():
+        if not ranking:
+            continue
+        scores = np.array([score for _, score in ranking], dtype=np.float64)
+        span = scores.max() - scores.min()
+        if method == "margin":
+            weight = 1.0 + ((scores[0] - scores[1]) / span if len(scores) > 1 and span > 0 else 0.0)
+            values = [weight / (config.RRF_K + rank) for rank in range(1, len(ranking) + 1)]
+        else:
+            values = (scores - scores.min()) / span if span > 0 else np.ones(len(scores))
+        for (key, _), value in zip(ranking, values):
+            fused[key] = fused.get(key, 0.0) + float(value)
+    return fused
+
+
+def with_seats(top: list[PageKey], seated: list[PageKey]) -> list[PageKey]:
+    """``top`` with every seated page in it, each taking the place of the lowest-ranked page not seated.
+
+    with_seats([a, b, c], [d]) -> [a, b, d];  with_seats([a, b, c], [d, c]) -> [a, d, c]
+    """
+    top = list(top)
+    for page in seated:
+        if page in top:
+            continue
+        free = [i for i in range(len(top) - 1, -1, -1) if top[i] not in seated]
+        if free:
+            top[free[0]] = page
+    return top
+
+
+def ranked(keys: list[PageKey]) -> list[tuple[PageKey, float]]:
+    """Scores for a ranking that has none: ranked([a, b]) -> [(a, 1.0), (b, 0.5)]"""
+    return [(key, 1.0 - i / len(keys)) for i, key in enumerate(keys)]
+
+
 # -----------------------------------------------------------------------------
 
 
@@ -152,11 +229,8 @@ class Hit:
     title: str = ""
     keywords: str = ""
     ocr_boxes: str = ""  # JSON line boxes when the page was OCR'd (for highlighting)
-    score: float = 0.0  # fused RRF score (or the single leg's score in a one-leg mode)
-    trace: dict = field(default_factory=dict)  # semantic_rank/score, bm25_rank/score, rrf
-
-
-PageKey = tuple[str, int]  # (collection name, 1-based page number)
+    score: float = 0.0  # fused score (RRF or normalised scores, times the routing boost)
+    trace: dict = field(default_factory=dict)  # semantic_rank/score, bm25_rank/score, page_ref_rank, statement_rank, fused, routed, seat
 
 
 def _top_indices(scores: np.ndarray, n: int) -> list[int]:
@@ -199,12 +273,15 @@ class Retriever:
         pages: dict[int, list[int]] = {}
         for row, meta in enumerate(got["metadatas"]):
             pages.setdefault(meta["page"], []).append(row)
-        page_tokens = {}
+        page_tokens, page_texts = {}, {}
         for page, rows in pages.items():
             meta = got["metadatas"][rows[0]]
-            text = " ".join([meta.get("title", ""), meta.get("keywords", "")] + [got["documents"][r] for r in rows])
-            page_tokens[page] = tokenize(text)
+            page_texts[page] = " ".join([meta.get("title", "")] + [got["documents"][r] for r in rows])
+            page_tokens[page] = tokenize(" ".join([meta.get("title", ""), meta.get("keywords", "")] + [got["documents"][r] for r in rows]))
+        first_pages = [page_texts[page] for page in sorted(page_texts)[: config.PROFILE_PAGES]]
         return {
+            "profile": document_profile(col.metadata.get("doc_name", name), first_pages, " ".join(page_texts.values())),
+            "statement_pages": {page: statements_headed(text) for page, text in page_texts.items() if statements_headed(text)},
             "collection": col,
             "ids": got["ids"],
             "texts": got["documents"],
@@ -251,6 +328,13 @@ class Retriever:
             self._row_owner = np.array(row_owner, dtype=np.int32)
             self._page_owner = np.array([self._owner_code[name] for name, _ in self._pages], dtype=np.int32)
             self._bm25 = SparseBM25([tokens for _, tokens in page_tokens])
+            self._profiles = {name: part["profile"] for (name, _), part in self._loaded.items()}
+            self._route_weights = distinctive_words(self._profiles)
+            self._statement_pages = {
+                (name, page): heads for (name, _), part in self._loaded.items() for page, heads in part["statement_pages"].items()
+            }
+            owner_style = np.array([_YEAR_STYLES.index(part["profile"].year_style) for part in self._loaded.values()], dtype=np.int8)
+            self._row_year_style = owner_style[self._row_owner] if len(row_owner) else np.zeros(0, dtype=np.int8)
             self._signature = signature
             log.info("Index rebuilt: %d documents, %d pages, %d chunks", len(self._collections), len(self._pages), len(ids))
 
@@ -270,7 +354,7 @@ class Retriever:
         if not self._ids:  # an empty library has no vector width to multiply by
             return []
         n = n or config.CANDIDATES
-        similarity = self._vectors @ np.asarray(self._embed_query(question), dtype=np.float32)
+        similarity = self._similarity(question)
         if scope is not None:
             similarity[~self._scope_mask(self._row_owner, scope)] = -np.inf
         best = _top_indices(similarity, n)
@@ -282,6 +366,19 @@ class Retriever:
             _, meta, owner = self._chunks[chunk_id]
             pages.setdefault((owner, meta["page"]), ((owner, meta["page"]), float(similarity[i]), chunk_id))
         return list(pages.values())
+
+    def _similarity(self, question: str) -> np.ndarray:
+        """Cosine of the question with every chunk; a question naming a year is embedded once per
+        fiscal-year wording in the library, and each chunk is compared with its document's wording."""
+        if not (config.YEAR_WORDING and years_named(question)):
+            return self._vectors @ np.asarray(self._embed_query(question), dtype=np.float32)
+        similarity = np.empty(len(self._ids), dtype=np.float32)
+        for code, style in enumerate(_YEAR_STYLES):
+            rows = self._row_year_style == code
+            if rows.any():
+                query = np.asarray(self._embed_query(year_wordings(question, style)), dtype=np.float32)
+                similarity[rows] = self._vectors[rows] @ query
+        return similarity
 
     def keyword(self, question: str, scope: list[str] | None = None, n: int | None = None) -> list[tuple[PageKey, float]]:
         """(page, BM25 score) best first, only pages that share a term with the question."""
@@ -309,6 +406,23 @@ class Retriever:
         ]
         return sorted(named, key=lambda key: sem_rank.get(key, len(sem_rank)))
 
+    def statement_pages(self, statements: list[str], scope: list[str] | None, semantic: list[tuple[PageKey, float, str]]) -> list[PageKey]:
+        """Pages headed by a financial statement the question's instructions name, best semantic match first."""
+        in_scope = set(self._in_scope(scope))
+        sem_rank = {key: rank for rank, (key, _, _) in enumerate(semantic)}
+        pages = [key for key, heads in self._statement_pages.items() if key[0] in in_scope and set(heads) & set(statements)]
+        return sorted(pages, key=lambda key: (sem_rank.get(key, len(sem_rank)), key))[: config.CANDIDATES]
+
+    def named_documents(self, query: str, scope: list[str] | None) -> dict[str, float]:
+        """{collection: routing score} of the in-scope documents the question names (see routing.py)."""
+        profiles = {name: self._profiles[name] for name in self._in_scope(scope)}
+        return route(set(tokenize(query)), years_named(query), profiles, self._route_weights)
+
+    def profile(self, collection: str) -> DocumentProfile:
+        """The document's profile (title, names, years, type) as routing sees it."""
+        self._refresh_if_stale()
+        return self._profiles[collection]
+
     # -- fusion ---------------------------------------------------------------
 
     def search(
@@ -319,40 +433,64 @@ class Retriever:
         mode: str = "hybrid",
         page_refs: bool | None = None,
         keyword_seat: bool | None = None,
+        question_parsing: bool | None = None,
+        fusion: str | None = None,
+        routing: bool | None = None,
+        statement_hints: bool | None = None,
     ) -> list[Hit]:
         """The ``k`` best pages for ``question``, each as its best passage, with traces.
 
         ``mode`` is "hybrid", "semantic" or "bm25"; the single-leg modes exist for
-        the evaluation's ablations. ``page_refs`` (default config.PAGE_REFS) adds a
-        third ranking to the fusion: the pages the question names. ``keyword_seat``
-        (default config.KEYWORD_SEAT) keeps the keyword leg's best page in the
-        results even when fusion ranks it below k: RRF otherwise lets pages that are
-        middling in both legs push out the one page that matches the exact terms.
+        the evaluation's ablations. The other options default to their config
+        setting of the same name:
+        ``question_parsing`` (QUESTION_PARSING) searches only the question, not its instructions
+        about the answer's form (question.py). ``page_refs`` (PAGE_REFS) adds the pages
+        the question names as a ranking; ``statement_hints`` (STATEMENT_HINTS) adds the
+        pages headed by a financial statement its instructions name. ``fusion``
+        (FUSION): "rrf" ranks by reciprocal ranks; "seats" also keeps each leg's best
+        page; "margin" weighs each leg by how far its winner leads; "score" adds each
+        leg's normalised scores (see ``fuse``). ``keyword_seat`` (KEYWORD_SEAT) keeps the keyword leg's best page in
+        the results even when fusion ranks it below k. ``routing`` (ROUTING) multiplies
+        the fused score of pages of documents the question names (routing.py).
         """
         k = k or config.TOP_K
-        page_refs = config.PAGE_REFS if page_refs is None else page_refs
-        keyword_seat = config.KEYWORD_SEAT if keyword_seat is None else keyword_seat
+        options = {"page_refs": page_refs, "keyword_seat": keyword_seat, "question_parsing": question_parsing,
+                   "fusion": fusion, "routing": routing, "statement_hints": statement_hints}
+        page_refs, keyword_seat, question_parsing, fusion, routing, statement_hints = (
+            getattr(config, name.upper()) if value is None else value for name, value in options.items())  # None: the setting
+        parsed = parse_question(question) if question_parsing else None
+        query = parsed.query if parsed else question
         with self._lock:  # browser tabs share one retriever
-            semantic = self.semantic(question, scope) if mode != "bm25" or page_refs else []
-            keyword = self.keyword(question, scope) if mode != "semantic" else []
-            named = self.named_pages(question, scope, semantic) if page_refs else []
+            semantic = self.semantic(query, scope) if mode != "bm25" or page_refs or statement_hints else []
+            keyword = self.keyword(query, scope) if mode != "semantic" else []
+            named = self.named_pages(query, scope, semantic) if page_refs else []
+            hinted = self.statement_pages(parsed.statements, scope, semantic) if statement_hints and parsed and parsed.statements else []
             if mode == "bm25":
                 semantic = []
-            fused = rrf([[key for key, _, _ in semantic], [key for key, _ in keyword], named])
-            trace: dict[PageKey, dict] = {key: {"rrf": score} for key, score in fused.items()}
-            for rank, (key, similarity, _) in enumerate(semantic, 1):
-                trace[key].update(semantic_rank=rank, semantic_score=round(similarity, 4))
-            for rank, (key, score) in enumerate(keyword, 1):
-                trace[key].update(bm25_rank=rank, bm25_score=round(score, 4))
-            for rank, key in enumerate(named, 1):
-                trace[key].update(page_ref_rank=rank)
+            legs = {"semantic": [(key, sim) for key, sim, _ in semantic], "bm25": keyword,
+                    "page_ref": ranked(named), "statement": ranked(hinted)}
+            fused = fuse(legs, fusion)
+            trace: dict[PageKey, dict] = {key: {"fused": score} for key, score in fused.items()}
+            for leg, ranking in legs.items():
+                for rank, (key, score) in enumerate(ranking, 1):
+                    trace[key][f"{leg}_rank"] = rank
+                    if leg in ("semantic", "bm25"):
+                        trace[key][f"{leg}_score"] = round(score, 4)
+            if routing and mode == "hybrid" and (scope is None or len(scope) > 1):
+                for name, score in self.named_documents(query, scope).items():
+                    for key in fused:
+                        if key[0] == name:
+                            fused[key] *= 1 + config.ROUTE_BOOST
+                            trace[key].update(routed=round(score, 2), fused=fused[key])
+            top = by_fusion = sorted(fused, key=lambda key: -fused[key])[:k]
+            if mode == "hybrid":
+                seats = [legs["bm25"][:1]] * keyword_seat + [legs["semantic"][:1]] * (fusion == "seats")
+                top = with_seats(by_fusion, [leg_best[0][0] for leg_best in seats if leg_best])
+                for key in set(top) - set(by_fusion):
+                    trace[key]["seat"] = True
             best_chunk = {key: chunk_id for key, _, chunk_id in semantic}
-            top = sorted(fused, key=lambda key: -fused[key])[:k]
-            if keyword_seat and mode == "hybrid" and keyword and keyword[0][0] not in top:
-                top[-1] = keyword[0][0]
-                trace[top[-1]]["keyword_seat"] = True
             return [
-                self._hit(best_chunk.get(key) or self._best_keyword_chunk(key, question), fused[key], trace[key])
+                self._hit(best_chunk.get(key) or self._best_keyword_chunk(key, query), fused[key], trace[key])
                 for key in top
             ]
 

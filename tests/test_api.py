@@ -5,7 +5,8 @@ through httpx (and, for /v1, the openai client library).
 One server per module (starting one loads the models); the tests of the main server run
 in file order on one library: upload, search, ask, page image, bad inputs, then delete.
 A second server, started with API_TOKEN and an Ollama that does not answer, covers the
-token check and the 409/503 replies.
+token check and the 409/503 replies; a third, on a ChromaDB server that then stops, the
+503 for a lost store.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ def start_server(folder: Path, **settings: str) -> tuple[subprocess.Popen, str]:
     env = {
         "CHROMA_PERSIST_DIR": str(folder / "store"),
         "CHROMA_HOST": "",
+        "CHROMA_PORT": "8000",
         "LOG_FILE": str(folder / "rag.log"),
         "LLM_BACKEND": "embedded",
         "EMBED_BACKEND": "embedded",
@@ -321,3 +323,24 @@ def test_an_empty_library_is_409_and_a_model_that_does_not_answer_is_503(locked_
             events = list(sse_events(response))
         assert events[-1][0] == "error" and events[-1][1]["status"] == 503
         assert api.post("/api/search", json={"query": QUESTION}).json()["results"][0]["page"] == 3  # search needs no chat model
+
+
+# -----------------------------------------------------------------------------
+# A server whose ChromaDB server goes away
+
+
+def test_a_lost_chromadb_server_is_503_with_a_plain_message(tmp_path):
+    from test_chroma_server import running_chroma
+
+    with running_chroma(tmp_path) as port:
+        settings = {"CHROMA_HOST": "127.0.0.1", "CHROMA_PORT": str(port), "LLM_BACKEND": "ollama", "INDEX_CHECK_SECONDS": "0"}
+        proc, url = start_server(tmp_path / "api", **settings)
+        assert httpx.get(f"{url}/api/documents").json() == {"documents": []}
+    try:
+        for response in (httpx.get(f"{url}/api/documents"), httpx.post(f"{url}/api/search", json={"query": QUESTION})):
+            status, message = error_of(response)
+            assert status == 503 and message.startswith(f"The ChromaDB server at 127.0.0.1:{port} does not answer.")
+        health = httpx.get(f"{url}/api/health")
+        assert health.status_code == 503 and health.json()["store"]["ok"] is False
+    finally:
+        bench.stop_api_server(proc)

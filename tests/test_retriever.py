@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import write_text_pdf
 from rank_bm25 import BM25Okapi
 
 import ingest
-from conftest import write_text_pdf
+from eval_retrieval import abbreviate_names, perturb, reword_years, split_questions
+from question import parse_question
 from retriever import Retriever, SparseBM25, page_references, rrf, tokenize
 
 REPO = Path(__file__).resolve().parents[1]
@@ -134,7 +137,7 @@ def test_hits_carry_location_and_trace_and_one_hit_per_page(store, embedder, cat
     assert len({(h.collection, h.page) for h in hits}) == len(hits) == 5
     for hit in hits:
         assert hit.doc_name == "catalogue.pdf" and hit.text and hit.end > hit.start
-        assert hit.trace["rrf"] == pytest.approx(hit.score)
+        assert hit.trace["fused"] == pytest.approx(hit.score)
         assert "semantic_rank" in hit.trace or "bm25_rank" in hit.trace
 
 
@@ -197,6 +200,25 @@ def test_page_labels_join_the_keyword_index_once_written(store, embedder, three_
 # -----------------------------------------------------------------------------
 
 
+def test_perturbations_add_instructions_abbreviate_names_and_reword_years():
+    rng = random.Random(1)
+    question = "What did Costco Wholesale Corporation earn in 2021?"
+    after = perturb(question, "instruction-after", rng)
+    assert after.startswith(question) and len(after) > len(question) + 10
+    assert perturb(question, "instruction-before", rng).endswith(question)
+    assert abbreviate_names(question, random.Random(0)) in ("What did CW earn in 2021?", "What did Costco earn in 2021?")
+    assert abbreviate_names("How many cars are there?", rng) == "How many cars are there?"  # nothing to shorten
+    assert reword_years("Revenue in 2019 and FY2020?", random.Random(3)) in {
+        f"Revenue in {a} and {b}?" for a in ("FY2019", "fiscal 2019") for b in ("fiscal 2020", "2020")}
+
+
+def test_split_halves_are_disjoint_seeded_and_cover_everything():
+    questions = [{"question": str(i)} for i in range(11)]
+    fit, held_out = split_questions(questions, "fit", 18), split_questions(questions, "held-out", 18)
+    assert len(fit) == 5 and len(held_out) == 6 and not {q["question"] for q in fit} & {q["question"] for q in held_out}
+    assert fit == split_questions(questions, "fit", 18) != split_questions(questions, "fit", 19)
+
+
 def test_eval_script_runs_end_to_end_and_writes_every_metric(tmp_path):
     pdfs = tmp_path / "pdfs"
     pdfs.mkdir()
@@ -228,6 +250,18 @@ def test_eval_script_runs_end_to_end_and_writes_every_metric(tmp_path):
     assert results["unanswerable"]["doc"]["n"] == 1
     assert (tmp_path / "out.md").read_text().startswith("# Retrieval evaluation")
 
+    # reworded questions, in the own document, the library and the library of the same document type
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "eval_retrieval.py"), "--questions", str(questions), "--k", "2", "--perturb",
+         "--scope", "all", "--store", str(tmp_path / "store"), "--json", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    runs = json.loads(out.read_text())["runs"]
+    assert runs["doc/hybrid/instruction-after"]["changed"] == 2 and runs["doc/hybrid/year-wording"]["changed"] == 1
+    assert {"library/bm25/plain", "type/semantic/abbreviated-names"} <= set(runs)
+    assert "| instruction-before |" in proc.stdout
+
     # another chunking policy is ingested into its own store, beside the default one
     proc = subprocess.run(
         [sys.executable, str(REPO / "eval_retrieval.py"), "--questions", str(questions), "--k", "2", "--scope", "doc",
@@ -239,3 +273,74 @@ def test_eval_script_runs_end_to_end_and_writes_every_metric(tmp_path):
     default_store = ingest.get_client(str(tmp_path / "store"))
     [policy_doc] = ingest.list_documents(policy_store)
     assert policy_doc["chunks"] > ingest.list_documents(default_store)[0]["chunks"]
+
+
+# -----------------------------------------------------------------------------
+# Issue 18: instructions around the question, libraries of similar filings, fiscal-year wording
+
+
+def write_filing(path: Path, company: str) -> Path:
+    """A small annual report: cover, a business page, and the three statements (same boilerplate in every filing)."""
+    return write_text_pdf(path, [
+        (f"FORM 10-K\nAnnual report for the fiscal year ended December 31, 2021\n{company}\n"
+         "(Exact name of registrant as specified in its charter)"),
+        (f"Item 1. Business. {company} designs, builds and sells outdoor equipment through its own stores. "
+         "Equity research analysts who follow the company state that gross margin is a useful metric for it."),
+        ("CONSOLIDATED STATEMENTS OF CASH FLOWS\n(in millions)\nNet cash provided by operating activities 1,204\n"
+         "Purchases of property and equipment (capital expenditures) (310)"),
+        "CONSOLIDATED BALANCE SHEETS\n(in millions)\nTotal assets 9,870\nTotal liabilities 5,120",
+        "CONSOLIDATED STATEMENTS OF INCOME\n(in millions)\nRevenues 12,400\nNet income 1,050",
+    ])
+
+
+@pytest.fixture
+def filings(tmp_path, store, embedder) -> dict[str, str]:
+    names = {"alder": "Alder Outdoor Equipment Corporation", "birch": "Birchwood Trail Gear, Inc."}
+    return {key: ingest.ingest_pdf(write_filing(tmp_path / f"{key}.pdf", company), store, embedder).collection
+            for key, company in names.items()}
+
+
+def test_instructions_around_the_question_do_not_change_what_is_found(store, embedder, filings):
+    retriever = Retriever(store, embedder)
+    question = "How much did the company spend on capital expenditures?"
+    wrapped = (f"Answer the following question as if you are an equity research analyst. {question} "
+               "Please state answer in USD millions. If this is not a useful metric, then please state that and explain why.")
+    scope = [filings["alder"]]
+    assert [h.page for h in retriever.search(question, k=1, scope=scope)] == [3]
+    assert [h.page for h in retriever.search(wrapped, k=1, scope=scope)] == [3]
+    # unparsed, the instruction words match the boilerplate on the business page
+    assert retriever.keyword(wrapped, scope)[0][0][1] == 2 and retriever.keyword(parse_question(wrapped).query, scope)[0][0][1] == 3
+
+
+def test_a_statement_named_in_the_instructions_points_to_its_page(store, embedder, filings):
+    retriever = Retriever(store, embedder)
+    question = "What is the total? Give a response by relying on the details shown in the balance sheet."
+    hits = retriever.search(question, k=1, scope=[filings["alder"]], statement_hints=True)
+    assert hits[0].page == 4 and hits[0].trace["statement_rank"] == 1
+
+
+def test_routing_favours_the_document_the_question_names_and_never_drops_the_others(store, embedder, filings):
+    retriever = Retriever(store, embedder)
+    question = "What were Birchwood's revenues?"
+    hits = retriever.search(question, k=10, routing=True)
+    routed = [(h.collection, h.page) for h in hits]
+    assert routed[0][0] == filings["birch"] and hits[0].trace["routed"] > 0
+    assert routed.index((filings["birch"], 5)) < routed.index((filings["alder"], 5))  # same statement page, named company first
+    assert retriever.named_documents("What were the revenues?", None) == {}  # names no company: no preference
+    unnamed = retriever.search("What were the revenues?", k=5, routing=True)
+    assert {h.collection for h in unnamed} == set(filings.values())
+    assert retriever.profile(filings["birch"]).doc_type == "annual report"
+
+
+def test_a_year_is_searched_as_the_document_writes_it(store, embedder, tmp_path):
+    pdf = write_text_pdf(tmp_path / "fiscal.pdf", [
+        "In fiscal 2019 the cooperative opened two new dairies.",
+        "In fiscal 2020 the cooperative closed a creamery.",
+        "Fiscal 2021 brought record milk prices.",
+        "The cooperative was founded by farmers.",
+    ])
+    ingest.ingest_pdf(pdf, store, embedder)
+    retriever = Retriever(store, embedder)
+    assert tokenize("FY2020") == ["fy", "2020"] and tokenize("FY20") == ["fy", "2020"]
+    for wording in ("FY2020", "FY20", "fiscal year 2020", "2020"):
+        assert retriever.search(f"What happened to a creamery in {wording}?", k=1)[0].page == 2

@@ -308,12 +308,14 @@ def test_folder_ingest_goes_past_bad_entries_reads_a_non_utf8_name_and_prints_it
     (library / "chapter.pdf").mkdir(parents=True)  # a folder called *.pdf: searched, not ingested
     (library / "gone.pdf").symlink_to(tmp_path / "deleted.pdf")
     (library / os.fsdecode(b"zz-caf\xe9.pdf")).write_bytes(three_page_pdf.read_bytes())  # a Latin-1 name, listed last
+    write_text_pdf(library / "red\x1b[31m\x1b]0;owned\x07.pdf", ["A page whose file name holds escape sequences."])
     proc = run_cli("ingest.py", str(library), str(tmp_path / "missing.pdf"), "--no-enrich", store=tmp_path / "store")
     assert "Traceback" not in proc.stderr
     assert proc.returncode == 1  # two paths failed
     assert "gone.pdf is a link to a file that does not exist" in proc.stdout
     assert f"There is no file {tmp_path / 'missing.pdf'}" in proc.stdout
     assert re.search(r"zz-caf\ufffd\.pdf\s+3\s+3\s+0\s+[\d.]+\s+ok", proc.stdout)  # ingested after the bad ones
+    assert "\x1b" not in proc.stdout + proc.stderr and "red[31m]0;owned.pdf" in proc.stdout  # printed inert
 
 
 def test_qa_with_a_missing_pdf_says_so(tmp_path):

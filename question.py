@@ -1,0 +1,131 @@
+"""Read a question before searching: what is asked, and what only says how to answer it.
+
+    "Answer as if you are an equity research analyst. What was Costco's FY2021 capex?
+     Please state answer in USD millions."
+      -> query         "What was Costco's FY2021 capex?"            (what the retriever searches)
+      -> instructions  ["Answer as if you are ...", "Please state answer in USD millions."]
+                                                                    (handed to the answer prompt)
+      -> statements    []                                           (page hints, see below)
+      -> years         ["2021"]
+
+People wrap questions in instructions about the answer's form (units, a persona,
+"relying on the details shown in the cash flow statement", "if ... then state
+that"). Those words match boilerplate on many pages and swamp keyword search,
+so only the question is searched. A financial statement named in an instruction
+is kept as a hint of which page to find (``statements``), not as search words.
+
+Deliberately simple: sentences are told apart by a few cue patterns (a persona,
+the words answer/response/question, units and rounding, conditionals asking to
+"state that"), not by a model. A sentence ending in "?" is always the question,
+and instructions are split off only when such a sentence is left (a request
+like "List the F1 scores, with one decimal place." is searched whole), so a
+misread can only search too much, never lose the question.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+# A sentence ends at . ! ? followed by space (or ? ! followed by a capital); a lead-in "...question:" ends at its colon.
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[?!])(?=[A-Z])")
+_LEAD_IN = re.compile(r"^(?P<lead>[^:?]*\b(?:question|answer|analyst|respond)\b[^:?]*):\s*(?P<rest>.+)$", re.IGNORECASE | re.DOTALL)
+
+_INSTRUCTION_CUES = [
+    r"\bas if you (?:are|were)\b", r"\byou are (?:an?|the)\b", r"\b(?:act|acting) as\b", r"\bimagine you\b",
+    r"\b(?:answer|response|respond|reply)\b", r"\bthe (?:following )?question\b",
+    r"\bin (?:usd|us\$|eur|gbp|\$)?\s*(?:millions|billions|thousands)\b", r"\bdecimal places?\b", r"\bround(?:ed)? to\b",
+    r"\bshow (?:your|the) (?:calculation|work)\b", r"\bstate (?:that|any|your)\b", r"\bexplain why\b",
+    r"\b(?:relying|based|focus(?:ing)?) (?:only )?on the (?:details|information|data|figures)\b",
+]
+_INSTRUCTION = re.compile("|".join(_INSTRUCTION_CUES), re.IGNORECASE)
+_PARENTHESES = re.compile(r"\s*\(([^()]*)\)")
+
+# Canonical statement -> how filings head it (also matched in page text by the retriever).
+STATEMENT_NAMES = {
+    "cash flow statement": r"cash[\s-]+flows?\s+statements?|statements?\s+of\s+(?:consolidated\s+)?cash\s+flows?",
+    "income statement": r"income\s+statements?|statements?\s+of\s+(?:consolidated\s+)?(?:operations|income|earnings|comprehensive\s+income)|profit\s+and\s+loss",
+    "balance sheet": r"balance\s+sheets?|statements?\s+of\s+(?:consolidated\s+)?financial\s+position",
+    "statement of equity": r"statements?\s+of\s+(?:consolidated\s+)?(?:stockholders|shareholders)['’]?\s+equity",
+}
+_STATEMENTS = {name: re.compile(pattern, re.IGNORECASE) for name, pattern in STATEMENT_NAMES.items()}
+
+# "FY2019", "FY 19", "fiscal 2019", "fiscal year 2019", "2019"
+_YEAR = re.compile(r"\b(?:FY\s?'?(?P<short>\d{2})\b|(?:FY\s?|fiscal\s+(?:year\s+)?)?(?P<year>(?:19|20)\d\d)\b)", re.IGNORECASE)
+
+
+@dataclass
+class ParsedQuestion:
+    """A question split into what to search and how to answer; see the module docstring."""
+
+    text: str
+    query: str
+    instructions: list[str] = field(default_factory=list)
+    statements: list[str] = field(default_factory=list)
+    years: list[str] = field(default_factory=list)
+
+
+def sentences(text: str) -> list[str]:
+    """sentences("What is X? Please state it in USD millions.") -> ["What is X?", "Please state it in USD millions."]"""
+    return [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
+
+
+def is_instruction(sentence: str) -> bool:
+    """A sentence about the answer's form rather than its content; a sentence ending in "?" never is.
+
+    is_instruction("Please state answer in USD millions.") -> True; is_instruction("What was the answer rate?") -> False
+    """
+    return not sentence.rstrip().endswith("?") and bool(_INSTRUCTION.search(sentence))
+
+
+def statements_named(text: str) -> list[str]:
+    """statements_named("relying on the consolidated statements of cash flows") -> ["cash flow statement"]"""
+    return [name for name, pattern in _STATEMENTS.items() if pattern.search(text)]
+
+
+def years_named(text: str) -> list[str]:
+    """Four-digit years however they are written: years_named("FY19 vs fiscal year 2020") -> ["2019", "2020"]"""
+    years = []
+    for match in _YEAR.finditer(text):
+        year = match.group("year") or f"20{match.group('short')}"
+        if year not in years:
+            years.append(year)
+    return years
+
+
+def year_wordings(text: str, style: str) -> str:
+    """Every year in ``text`` written one way: "plain" 2019, "fy" FY2019 or "fiscal" fiscal 2019.
+
+    year_wordings("Capex in FY2019?", "plain") -> "Capex in 2019?"
+    """
+    def reword(match: re.Match) -> str:
+        year = match.group("year") or f"20{match.group('short')}"
+        return {"plain": year, "fy": f"FY{year}", "fiscal": f"fiscal {year}"}[style]
+
+    return _YEAR.sub(reword, text)
+
+
+def parse_question(text: str) -> ParsedQuestion:
+    """Split ``text`` into the question to search and the instructions about the answer's form."""
+    parts = []
+    for sentence in sentences(text):
+        lead_in = _LEAD_IN.match(sentence)
+        if lead_in and is_instruction(lead_in.group("lead") + "."):
+            parts += [lead_in.group("lead").strip() + ":", lead_in.group("rest").strip()]
+        else:
+            parts.append(sentence)
+    instructions = [p for p in parts if is_instruction(p)]
+    asked = [p for p in parts if p not in instructions]
+    for i, part in enumerate(asked):  # "What was capex (in USD millions)?": the aside is an instruction too
+        asides = [inner for inner in _PARENTHESES.findall(part) if _INSTRUCTION.search(inner)]
+        instructions += [f"({inner})" for inner in asides]
+        asked[i] = _PARENTHESES.sub(lambda m, asides=asides: "" if m.group(1) in asides else m.group(0), part)
+    if not any(part.endswith("?") for part in asked):  # no question mark left: an imperative request, search it whole
+        asked, instructions = parts or [text], []
+    return ParsedQuestion(
+        text=text,
+        query=" ".join(asked),
+        instructions=instructions,
+        statements=statements_named(" ".join(instructions)),
+        years=years_named(text),
+    )

@@ -1,0 +1,130 @@
+"""Which documents of a library a question names: small per-document profiles and a routing step.
+
+    first pages of a document (text + page labels) + its file name
+      -> DocumentProfile: title, name words (capitalised words, file-name words), acronyms,
+         years, a document type, how it writes fiscal years
+    question + every in-scope profile
+      -> route(): {collection: score} for the documents the question names
+
+Across a library of similar documents (ten annual reports), the same statement
+names and boilerplate repeat in every one; the company and the year in the
+question are what pick the document. A profile word counts only when few
+documents have it (ROUTE_MAX_SHARE), so "report" or "2021" name nothing while
+"Costco", "NIKE" or "PRC" (Pew Research Center) do. The retriever then favours
+the pages of named documents; it never drops a document the question does not
+name.
+
+Deliberately simple: no entity recogniser; a name is a capitalised word or a
+file-name word on the first pages, an acronym is the initials of a run of
+capitalised words ("Pew Research Center" -> "prc", legal suffixes dropped).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+import config
+from question import years_named
+
+_CAPITALISED = re.compile(r"\b[A-Z][\w&'-]*")
+# A name: capitalised words in a row, perhaps joined by "of" or "&" ("Bank of America", "Procter & Gamble").
+# Words in capitals only (already acronyms), codes with digits and months are not part of one.
+_MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"
+_NAME_WORD = rf"(?!(?:{_MONTHS})\b)[A-Z][a-z][a-z&'-]*\b"
+NAME_RUN = re.compile(rf"\b{_NAME_WORD}(?:[ \t]+(?:of[ \t]+|&[ \t]+)?{_NAME_WORD})+")
+_SUFFIXES = "Inc Incorporated Corporation Corp Company Co Ltd LLC plc Group Holdings".split()
+LEGAL_SUFFIX = re.compile(r",?[ \t]+(?:" + "|".join(_SUFFIXES + [s.upper() for s in _SUFFIXES]) + r")\b\.?(?![-\w])")
+_ACRONYM = re.compile(r"\b[A-Z][A-Z0-9&]{1,5}\b")
+_FILE_WORD = re.compile(r"[A-Za-z]{3,}")
+_FY_STYLE = re.compile(r"\bFY\s?'?\d{2,4}\b")
+_FISCAL_STYLE = re.compile(r"\bfiscal\s+(?:year\s+)?(?:19|20)\d\d\b", re.IGNORECASE)
+
+# Document types by the words their first pages use; first match wins.
+DOC_TYPES = [
+    ("annual report", r"\b(?:form\s+10-?k|annual\s+report)\b"),
+    ("quarterly report", r"\b(?:form\s+10-?q|quarterly\s+report|interim\s+report)\b"),
+    ("financial statements", r"\b(?:balance\s+sheets?|statements?\s+of\s+cash\s+flows|income\s+statement)\b"),
+    ("academic paper", r"\babstract\b.*\b(?:introduction|university|arxiv)\b|\barxiv\b"),
+    ("manual", r"\b(?:user\s+manual|user\s+guide|instructions?\s+for\s+use|quick\s+start|handbook)\b"),
+    ("survey report", r"\b(?:survey|respondents|research\s+center)\b"),
+]
+
+
+@dataclass
+class DocumentProfile:
+    """What a document's first pages say it is; ``names`` and ``acronyms`` are lower-cased."""
+
+    title: str
+    names: set[str] = field(default_factory=set)
+    acronyms: set[str] = field(default_factory=set)
+    years: list[str] = field(default_factory=list)  # most frequent first
+    doc_type: str = ""
+    year_style: str = "plain"  # how the document writes fiscal years: "fy" FY2019, "fiscal" fiscal 2019, "plain" 2019
+
+
+def year_style(text: str) -> str:
+    """year_style("Net sales rose in FY2021 and FY2020 ... FY19") -> "fy" (a style needs 3 uses, else "plain")"""
+    counts = {"fy": len(_FY_STYLE.findall(text)), "fiscal": len(_FISCAL_STYLE.findall(text))}
+    style = max(counts, key=counts.get)
+    return style if counts[style] >= 3 else "plain"
+
+
+def acronyms_in(text: str) -> set[str]:
+    """Initials of each run of capitalised words, legal suffixes dropped, plus acronyms written out.
+
+    acronyms_in("Pew Research Center and NIKE, Inc. (the SEC)") -> {"prc", "sec", "nike"}
+    """
+    return {m.lower() for m in _ACRONYM.findall(text)} | set(initials(text))
+
+
+def initials(text: str) -> list[str]:
+    """The initials of each name in ``text``, legal suffixes dropped: initials("Pew Research Center's data") -> ["prc"]"""
+    return ["".join(w[0] for w in run.split() if w[0].isupper()).lower() for run in NAME_RUN.findall(LEGAL_SUFFIX.sub("", text))]
+
+
+def document_profile(doc_name: str, first_pages: list[str], all_text: str = "") -> DocumentProfile:
+    """A profile from the file name and the text (and labels) of the first pages; ``all_text`` gives the year style.
+
+    document_profile("COSTCO_2021_10K.pdf", ["COSTCO WHOLESALE CORPORATION ... Form 10-K ... fiscal year 2021"])
+      -> title "COSTCO WHOLESALE CORPORATION ...", names {"costco", "wholesale", ...}, acronyms {"cw", ...},
+         years ["2021"], doc_type "annual report"
+    """
+    head = "\n".join(page[: config.PROFILE_CHARS] for page in first_pages)
+    title = next((line.strip() for line in head.splitlines() if len(line.strip()) > 3), doc_name)
+    names = {w.lower() for w in _CAPITALISED.findall(head) if len(w) > 2}
+    names |= {w.lower() for w in _FILE_WORD.findall(doc_name.rsplit(".", 1)[0])}
+    years = [year for year, _ in Counter(years_named(head)).most_common()]
+    doc_type = next((name for name, pattern in DOC_TYPES if re.search(pattern, head, re.IGNORECASE | re.DOTALL)), "")
+    return DocumentProfile(title[:120], names, acronyms_in(head), years, doc_type, year_style(all_text or head))
+
+
+def distinctive_words(profiles: dict[str, DocumentProfile]) -> dict[str, float]:
+    """Profile words few documents share, each with its weight log(documents / documents having it)."""
+    counts: Counter = Counter()
+    for profile in profiles.values():
+        counts.update(profile.names | profile.acronyms)
+    most = max(1, int(config.ROUTE_MAX_SHARE * len(profiles)))
+    return {word: math.log(len(profiles) / n) for word, n in counts.items() if n <= most}
+
+
+def route(question_words: set[str], question_years: list[str], profiles: dict[str, DocumentProfile],
+          weights: dict[str, float]) -> dict[str, float]:
+    """{collection: score} for the documents the question names, best first; empty when it names none.
+
+    A document is named by a distinctive word of its profile; a year on its first
+    pages only adds to a document already named (years alone name nothing). Only
+    documents within half of the best score are kept.
+    """
+    if len(profiles) < 2:
+        return {}
+    scores = {}
+    for collection, profile in profiles.items():
+        named = question_words & (profile.names | profile.acronyms)
+        score = sum(weights.get(word, 0.0) for word in named)
+        if score > 0:
+            scores[collection] = score + 0.5 * len(set(question_years) & set(profile.years))
+    best = max(scores.values(), default=0.0)
+    return dict(sorted(((c, s) for c, s in scores.items() if s >= best / 2), key=lambda item: -item[1]))

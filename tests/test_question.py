@@ -1,0 +1,77 @@
+"""Question parsing (question.py) and document profiles and routing (routing.py): pure functions."""
+
+from __future__ import annotations
+
+from qa import question_for_prompt
+from question import parse_question, statements_named, year_wordings, years_named
+from routing import acronyms_in, distinctive_words, document_profile, route, year_style
+
+
+def test_instructions_about_the_answer_are_split_from_the_question():
+    parsed = parse_question(
+        "Answer the following question as if you are an equity research analyst: what was the FY2021 capex "
+        "(in USD millions)? Give a response to the question by relying on the details shown in the cash flow statement."
+    )
+    assert parsed.query == "what was the FY2021 capex?"
+    assert len(parsed.instructions) == 3 and "(in USD millions)" in parsed.instructions
+    assert parsed.statements == ["cash flow statement"] and parsed.years == ["2021"]
+
+
+def test_a_conditional_asking_to_state_something_is_an_instruction():
+    parsed = parse_question("Is gross margin useful here? If gross margin is not a useful metric, then please state that and explain why.")
+    assert parsed.query == "Is gross margin useful here?" and len(parsed.instructions) == 1
+
+
+def test_plain_questions_and_imperatives_are_searched_whole():
+    for text in ("According to the report, how do 5% of the Latinos see their children's future?",
+                 "List all the sections that discuss the experiment setup.",
+                 "What was the response rate of the survey?",
+                 "Please state the answer in USD millions."):  # nothing but an instruction: search it all
+        parsed = parse_question(text)
+        assert parsed.query == text and parsed.instructions == []
+
+
+def test_statement_names_and_years_are_read_however_they_are_written():
+    assert statements_named("the Consolidated Statements of Cash Flows and the balance sheet") == ["cash flow statement", "balance sheet"]
+    assert statements_named("statement of operations") == ["income statement"]
+    assert years_named("FY19 against fiscal year 2020 and 2021 (FY2021)") == ["2019", "2020", "2021"]
+    assert year_wordings("capex in FY2019 and 2020", "fiscal") == "capex in fiscal 2019 and fiscal 2020"
+    assert year_wordings("capex in fiscal 2019", "plain") == "capex in 2019"
+
+
+def test_the_answer_prompt_gets_the_question_then_its_instructions():
+    assert question_for_prompt("What was capex? State it in USD millions.") == "What was capex?\nAnswer form: State it in USD millions."
+    assert question_for_prompt("What was capex in 2019?") == "What was capex in 2019?"
+
+
+# -----------------------------------------------------------------------------
+
+
+def filing(company: str, year: str) -> list[str]:
+    return [
+        (f"UNITED STATES SECURITIES AND EXCHANGE COMMISSION\nFORM 10-K\nFor the fiscal year ended August 29, {year}\n"
+         f"{company}\n(Exact name of registrant as specified in its charter)"),
+        f"Item 1. Business. {company} operates stores. Fiscal {year} net sales rose.",
+    ]
+
+
+def test_profiles_read_names_acronyms_years_type_and_year_style():
+    profile = document_profile("COSTCO_2021_10K.pdf", filing("Costco Wholesale Corporation", "2021"))
+    assert {"costco", "wholesale"} <= profile.names and "cw" in profile.acronyms
+    assert profile.years == ["2021"] and profile.doc_type == "annual report" and profile.title.startswith("UNITED STATES")
+    assert acronyms_in("Pew Research Center and NIKE, Inc. (the SEC)") >= {"prc", "nike", "sec"}
+    assert year_style("In FY2021, FY2020 and FY2019 sales rose") == "fy" and year_style("In 2021 sales rose") == "plain"
+
+
+def test_routing_picks_named_documents_by_distinctive_words_only():
+    profiles = {
+        "costco": document_profile("COSTCO_2021_10K.pdf", filing("Costco Wholesale Corporation", "2021")),
+        "nike": document_profile("NIKE_2021_10K.pdf", filing("NIKE, Inc.", "2021")),
+        "pew": document_profile("report.pdf", ["Pew Research Center\nSeniors and technology use, 2014"]),
+    }
+    weights = distinctive_words(profiles)
+    assert "costco" in weights and "form" not in weights  # every filing says "Form 10-K": names nothing
+    assert list(route({"costco", "capex"}, ["2021"], profiles, weights)) == ["costco"]
+    assert list(route({"cw", "capex"}, [], profiles, weights)) == ["costco"]  # abbreviated
+    assert route({"capex", "sales"}, ["2021"], profiles, weights) == {}  # names no document: no preference
+    assert route({"costco"}, [], {"costco": profiles["costco"]}, weights) == {}  # one document: nothing to choose
