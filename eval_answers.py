@@ -2,7 +2,9 @@
 
     python eval_answers.py [--questions FILE] [--pdf-dir DIR] [--answerable 40] [--unanswerable 20]
                            [--models qwen2.5-coder-0.5b qwen2.5-coder-1.5b] [--out rows.jsonl]
+                           [--dev [--docs PDF...] [--seed N]] [--context-only]
                            [--evidence Table] [--extractor NAME]
+    python eval_answers.py --recheck rows.jsonl [--labels judgments.jsonl]
 
 Data flow: a fixed, seeded sample of answerable and unanswerable questions ->
 ingest their PDFs (cached in the evaluation store) -> for each model, qa.ask
@@ -16,7 +18,10 @@ of the gold answer (a list answer is split into its items) appears in the
 answer text, a gold item of three or more words counting when at least 80% of
 its words appear; an unanswerable one is correct when the answer is a refusal. Citation precision is reported
 two ways: the share of shown citations our checker verified, and the stricter
-share that point to one of the question's gold pages.
+share that point to one of the question's gold pages. "Answer in context" is the same
+match applied to the text the model was given instead of its reply; ``--context-only``
+reports it without any LLM, for each page's best chunk and for ``context.choose_context``.
+``--dev`` samples from the questions the default sample leaves out, to design rules on.
 """
 
 from __future__ import annotations
