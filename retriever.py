@@ -1,11 +1,16 @@
-"""Hybrid retrieval over the whole library: meaning (vectors from ChromaDB) + keywords (BM25), fused by RRF.
+"""Hybrid retrieval over the whole library: meaning (vectors from ChromaDB) + keywords (BM25), fused.
 
 One question flows like this:
 
-    question -> embed -> cosine top-N chunks of the in-scope documents -> pages       (semantic leg)
-             -> tokenize -> BM25 over every page's title + keywords + text           (keyword leg)
+    question -> question.parse_question(): the question apart from answer-form instructions
+                (units, persona, "relying on the cash flow statement") and the years it names
+             -> embed (once per fiscal-year wording the library uses) -> cosine top-N chunks
+                of the in-scope documents -> pages                                  (semantic leg)
+             -> keyword_tokens -> BM25 over every page's title + keywords + text     (keyword leg)
              -> pages the question names outright ("page 14", "cover page")         (page leg)
-             -> Reciprocal Rank Fusion of the three page rankings
+             -> pages headed by a statement the instructions name                   (hint leg)
+             -> fusion (FUSION: RRF, with a seat for each leg's best page by default)
+             -> routing: documents the question names get a boost (none is dropped)
              -> top-k pages, each shown as its best passage, with a trace
 
 The keyword leg exists because dense vectors blur exact terms (product codes,
