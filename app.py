@@ -225,6 +225,20 @@ def source_for(answer: qa.Answer, citation: checker.Citation) -> Hit | None:
     return next((h for h in answer.sources if (h.collection, h.page) == (citation.collection, citation.page)), None)
 
 
+def excerpt(text: str, limit: int = 300) -> str:
+    """The passage's first whole lines within about ``limit`` characters (at least one line),
+    so a table keeps its header and whole rows.
+
+    excerpt("| a | b |\n|---|---|\n| 1 | 2 |", limit=20) -> "| a | b |\n|---|---|"
+    """
+    lines, kept = text.split("\n"), []
+    for line in lines:
+        if kept and len("\n".join(kept + [line])) > limit:
+            return "\n".join(kept) + ("\n…" if not line.startswith("|") else "")
+        kept.append(line)
+    return "\n".join(kept)
+
+
 def show_citation(answer: qa.Answer, citation: checker.Citation) -> None:
     """The cited passage beside its page as an image, the passage highlighted."""
     hit = source_for(answer, citation)
@@ -278,7 +292,8 @@ def show_answer_details(answer: qa.Answer, key: str, show_trace: bool) -> None:
     if answer.refused and answer.sources:
         st.caption("Nearest passages:")
         for h in answer.sources:
-            st.caption(f"**{md(h.doc_name)} · p. {h.page}** {md(h.text[:200])}")
+            st.caption(f"**{md(h.doc_name)} · p. {h.page}**")
+            st.markdown(passage_md(excerpt(h.text)))
     if show_trace and answer.sources:
         st.dataframe(trace_rows(answer), hide_index=True)
 

@@ -268,7 +268,9 @@ def support_scores(sentence: str, sources: list[Hit], sentence_vec, source_vecs,
     cannot back (``unbacked_detail``): similar wording is no support for a figure the passage lacks."""
     claim = strip_markers(sentence)
     words = set(tokenize(claim))
-    subject = {w for name in names_in(question) for w in tokenize(name)} | years_in(question)  # "Ulta Beauty", "FY2023"
+    # the question's subject ("Ulta Beauty", "FY2023"): its tokens that its plain lower-case words do not make
+    plain = " ".join(w for w in _WORD.findall(question) if re.sub(r"['’]s$", "", w.lower()) not in names_in(question))
+    subject = (set(tokenize(question)) - set(tokenize(plain.lower()))) | years_in(question)
     scores = []
     for hit, vec in zip(sources, source_vecs):
         if unbacked_detail(claim, hit.text, question):

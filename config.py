@@ -133,6 +133,16 @@ OCR_MAX_DPI = _env("OCR_MAX_DPI", 200)
 OCR_MAX_PIXELS = _env("OCR_MAX_PIXELS", 2000)  # long side of the rendered page
 PAGE_BATCH_SIZE = _env("PAGE_BATCH_SIZE", 32)  # pages extracted+embedded+written together
 PROGRESS_EMBED_CHUNKS = _env("PROGRESS_EMBED_CHUNKS", 64)  # passages embedded between two progress updates
+# Page text: "text" is PyMuPDF's plain text layer; "layout" keeps tables (Markdown rows), columns and
+# running headers apart (extract.py). "text" stays the default: it retrieved better on the bench (README).
+EXTRACTOR = _env("EXTRACTOR", "text")
+LAYOUT_CELL_GAP = _env("LAYOUT_CELL_GAP", 1.0)  # a gap this many line heights wide separates two cells
+TABLE_MIN_ROWS = _env("TABLE_MIN_ROWS", 3)  # rows of several cells that make a table
+TABLE_MAX_CELL_SHARE = _env("TABLE_MAX_CELL_SHARE", 0.4)  # a wider cell (share of page width) is prose
+TABLE_MAX_CELL_WORDS = _env("TABLE_MAX_CELL_WORDS", 5.0)  # more words per cell on average: columns of prose
+RUNNING_MARGIN_SHARE = _env("RUNNING_MARGIN_SHARE", 0.1)  # top and bottom share of a page where headers live
+RUNNING_MIN_SHARE = _env("RUNNING_MIN_SHARE", 0.5)  # on this share of pages: a running header or footer
+RUNNING_SAMPLE_PAGES = _env("RUNNING_SAMPLE_PAGES", 60)  # pages looked at to find them
 # A damaged file (pages that cannot be read, e.g. cut short) is refused; true keeps its readable pages.
 KEEP_READABLE_PAGES = _env("KEEP_READABLE_PAGES", False)
 

@@ -2,6 +2,9 @@
 
     python eval_answers.py [--questions FILE] [--pdf-dir DIR] [--answerable 40] [--unanswerable 20]
                            [--models qwen2.5-coder-0.5b qwen2.5-coder-1.5b] [--out rows.jsonl]
+                           [--dev [--docs PDF...] [--seed N]] [--context-only]
+                           [--evidence Table] [--extractor NAME]
+    python eval_answers.py --recheck rows.jsonl [--labels judgments.jsonl]
 
 Data flow: a fixed, seeded sample of answerable and unanswerable questions ->
 ingest their PDFs (cached in the evaluation store) -> for each model, qa.ask
@@ -15,7 +18,10 @@ of the gold answer (a list answer is split into its items) appears in the
 answer text, a gold item of three or more words counting when at least 80% of
 its words appear; an unanswerable one is correct when the answer is a refusal. Citation precision is reported
 two ways: the share of shown citations our checker verified, and the stricter
-share that point to one of the question's gold pages.
+share that point to one of the question's gold pages. "Answer in context" is the same
+match applied to the text the model was given instead of its reply; ``--context-only``
+reports it without any LLM, for each page's best chunk and for ``context.choose_context``.
+``--dev`` samples from the questions the default sample leaves out, to design rules on.
 """
 
 from __future__ import annotations
@@ -186,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", default=["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
     parser.add_argument("--store", type=Path, default=eval_retrieval.DEFAULT_STORE)
     parser.add_argument("--out", type=Path, default=Path("eval_answers.jsonl"))
+    parser.add_argument("--evidence", help="only questions with this evidence source, e.g. Table (the sample is drawn from them)")
+    parser.add_argument("--extractor", choices=eval_retrieval.EXTRACTORS, help="page-text extractor (own store, as in eval_retrieval)")
     parser.add_argument("--recheck", type=Path, help="re-check the citations of these stored rows (no LLM) ...")
     parser.add_argument("--labels", type=Path, default=LABELS, help="... against these hand judgments")
     parser.add_argument("--pairs", type=Path, help="write the re-checked (sentence, passage) pairs here, for judging")
@@ -199,14 +207,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.recheck:
         return recheck(args.recheck, args.labels, args.pairs, args.questions)
     config.setup_logging(logging.WARNING)
+    args.store = eval_retrieval.use_extractor(args.extractor, args.store)
     config.CHROMA_PERSIST_DIR = str(args.store)
 
     every = eval_retrieval.load_questions(args.questions)
+    has_evidence = lambda q: not args.evidence or args.evidence in (q.get("evidence_sources") or [q["category"]])  # noqa: E731
     if args.dev:  # a seeded sample of the questions the evaluation sample leaves out
-        dev = [q for q in dev_questions(every) if not args.docs or q["doc"] in args.docs]
+        dev = [q for q in dev_questions(every) if (not args.docs or q["doc"] in args.docs) and has_evidence(q)]
         questions = sample(dev, args.answerable, args.unanswerable, args.seed)
     else:
-        questions = sample(every, args.answerable, args.unanswerable)
+        questions = sample([q for q in every if has_evidence(q)], args.answerable, args.unanswerable)
     client, embedder = ingest.get_client(str(args.store)), models.get_embeddings()
     pdf_dir = args.pdf_dir or eval_retrieval.default_pdf_dir(args.questions)
     collections = eval_retrieval.ingest_needed(questions, pdf_dir, client, embedder)

@@ -3,7 +3,7 @@
     python eval_retrieval.py [--questions FILE] [--pdf-dir DIR] [--scope doc|library|type|both|all]
                              [--k 5] [--json OUT] [--report OUT.md] [--store DIR] [--stored-only] [--limit N]
                              [--perturb] [--split all|fit|held-out] [--seed 18]
-                             [--chunk-size CHARS --chunk-overlap CHARS]
+                             [--chunk-size CHARS --chunk-overlap CHARS] [--extractor NAME]
 
 Data flow: questions (JSON list or JSONL: question, doc, pages 1-based, optional
 category) -> ingest each needed PDF once into an evaluation store (cached by
@@ -32,6 +32,7 @@ figures are reported whenever questions carry one.
 Chunking policies (``extract.chunk_page``'s size and overlap) are compared by
 running once per policy with --chunk-size/--chunk-overlap: each policy gets its
 own store beside the default one, since a PDF's collection name is its hash.
+Page-text extractors (setting EXTRACTOR) are compared the same way with --extractor.
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ ABLATIONS = {
 }
 PERTURB_ABLATIONS = ("semantic", "bm25", "hybrid-main", "hybrid")
 DEFAULT_QUESTIONS = Path(config.INPUT_DATA_DIR) / "eval_questions.json"
+EXTRACTORS = ["text", "layout"]  # values of the EXTRACTOR setting
 DEFAULT_STORE = config.BASE_DIR / "chroma_store_eval"
 
 
@@ -90,6 +92,14 @@ def load_questions(path: Path) -> list[dict]:
         row["category"] = row.get("category") or (sources[0] if sources else "uncategorised")
         row["pages"] = [int(p) for p in row.get("pages", [])]
     return rows
+
+
+def use_extractor(name: str | None, store: Path) -> Path:
+    """Switch to extractor ``name`` (when given) and return its own evaluation store beside ``store``."""
+    if not name:
+        return store
+    config.EXTRACTOR = name
+    return store.with_name(f"{store.name}-extract-{name}")
 
 
 def default_pdf_dir(questions_path: Path) -> Path:
@@ -383,6 +393,18 @@ def metrics_table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def category_table(results: dict) -> str:
+    """hit@k of hybrid retrieval per question category (rows) and scope (columns)."""
+    k = results["k"]
+    runs = {name.split("/")[0]: m["by_category"] for name, m in results["ablations"].items() if name.endswith("/hybrid")}
+    categories = sorted({c for by in runs.values() for c in by})
+    lines = ["| category | " + " | ".join(f"{scope} hit@{k}" for scope in runs) + " | n |", "|---" * (len(runs) + 2) + "|"]
+    for c in categories:
+        n = next(by[c]["n"] for by in runs.values() if c in by)
+        lines.append(f"| {c} | " + " | ".join(str(by.get(c, {}).get(f"hit@{k}", "-")) for by in runs.values()) + f" | {n} |")
+    return "\n".join(lines)
+
+
 def markdown_report(results: dict, questions_path: Path) -> str:
     k = results["k"]
     parts = [f"# Retrieval evaluation: {questions_path.name}", "", metrics_table(results), ""]
@@ -459,12 +481,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="ingest nothing: use the documents already complete in --store, leave out questions about others")
     parser.add_argument("--chunk-size", type=int, help="compare a chunking policy (own store per policy)")
     parser.add_argument("--chunk-overlap", type=int)
+    parser.add_argument("--extractor", choices=EXTRACTORS, help="compare a page-text extractor (own store per extractor)")
     args = parser.parse_args(argv)
     config.setup_logging(logging.WARNING)
     if args.chunk_size or args.chunk_overlap is not None:
         config.CHUNK_SIZE = args.chunk_size or config.CHUNK_SIZE
         config.CHUNK_OVERLAP = config.CHUNK_OVERLAP if args.chunk_overlap is None else args.chunk_overlap
         args.store = args.store.with_name(f"{args.store.name}-chunks{config.CHUNK_SIZE}-{config.CHUNK_OVERLAP}")
+    args.store = use_extractor(args.extractor, args.store)
     config.CHROMA_PERSIST_DIR = str(args.store)  # locks and store live beside the evaluation store
 
     all_questions = load_questions(args.questions)
@@ -491,7 +515,7 @@ def main(argv: list[str] | None = None) -> int:
         parts = [f"# Perturbed retrieval: {args.questions.name} ({args.split}, seed {args.seed})", "", text, ""]
     else:
         results = evaluate(retriever, questions, collections, scopes, args.k, doc_types)
-        text = metrics_table(results) + "\n" + json.dumps(results["unanswerable"])
+        text = metrics_table(results) + "\n" + category_table(results) + "\n" + json.dumps(results["unanswerable"])
         parts = [markdown_report(results, args.questions)]
     if doc_types:
         text += "\n\n" + doc_type_table(results, scopes)

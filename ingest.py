@@ -4,8 +4,10 @@ The pipeline (reading the PDF itself lives in ``extract.py``):
 
     file -> extract.open_pdf()   (size, %PDF-, opens, not encrypted, has pages)
          -> SHA-256 -> collection "pdf_rag_<16 hex>"       (same bytes = cache hit)
-         -> extract.extract_page() per page: text layer, or OCR (line boxes kept)
-         -> extract.chunk_page(): sentence-aware, overlapping, page-anchored character spans
+         -> extract.read_page() per page: text layer laid out (tables as Markdown rows, columns,
+                                  running headers set aside), or OCR; line boxes kept
+         -> extract.chunk_page(): sentences and whole table rows, overlapping, page-anchored spans
+                                  (a chunk starting inside a table repeats its header row)
          -> embed the raw chunk text -> add to the collection    (in page batches)
          -> mark the collection complete                          (written last)
          -> enrich_document(): LLM title + keywords per page      (after; resumable; the app runs
@@ -79,6 +81,8 @@ from extract import (  # noqa: F401  (the PDF errors are part of ingest's interf
     open_pdf,
     page_ranges,
     read_page,
+    running_lines,
+    table_header_for,
     unreadable_pages,
 )
 from safe_text import fence_text, terminal_text
@@ -339,9 +343,11 @@ def _result_from_metadata(meta: dict, seconds: float) -> IngestResult:
 
 
 def chunk_records(page: Page, sha256: str, doc_name: str) -> list[tuple[str, str, dict]]:
-    """(id, text, metadata) for each chunk of one page."""
+    """(id, text, metadata) for each chunk of one page. A chunk that starts inside a table
+    begins with the table's header row (``header_chars`` long), so its numbers keep their names."""
     records = []
-    for index, (start, end) in enumerate(chunk_page(page.text)):
+    for index, (start, end) in enumerate(chunk_page(page.text, skip=page.running)):
+        header = table_header_for(page.text, start)
         meta = {
             "doc_name": doc_name,
             "sha256": sha256,
@@ -351,14 +357,15 @@ def chunk_records(page: Page, sha256: str, doc_name: str) -> list[tuple[str, str
             "end": end,
             "text_source": page.source,
             "page_chars": len(page.text),
+            "header_chars": len(header),
             "title": "",
             "keywords": "",
             "enriched": False,
         }
-        boxes = [list(box) for s, e, box in page.ocr_lines if s < end and e > start]
+        boxes = [list(box) for s, e, box in page.line_boxes if s < end and e > start]
         if boxes:
-            meta["ocr_boxes"] = json.dumps(boxes)
-        records.append((f"{sha256[:16]}-p{page.number}-c{index}", page.text[start:end], meta))
+            meta["ocr_boxes"] = json.dumps(boxes)  # the name predates laid-out pages, which have line boxes too
+        records.append((f"{sha256[:16]}-p{page.number}-c{index}", header + page.text[start:end], meta))
     return records
 
 
@@ -387,12 +394,13 @@ def ingest_pdf(
         with _file_lock(sha256):
             existing = _collection_or_none(client, name)
             if existing is not None and is_complete(existing):
-                if existing.metadata.get("embedder") == models.embedder_name(embedder):
+                made_with = (existing.metadata.get("embedder"), existing.metadata.get("extractor", "text"))
+                if made_with == (models.embedder_name(embedder), config.EXTRACTOR):
                     log.info("%s is already ingested as %s", doc_name, name)
                     _keep_pdf(path, name)
                     progress(1, 1, "Already in the library")
                     return _result_from_metadata(existing.metadata, time.perf_counter() - t0)
-                log.warning("%s was embedded with %s; re-embedding", name, existing.metadata.get("embedder"))
+                log.warning("%s was made with embedder %s and extractor %s; rebuilding", name, *made_with)
             if existing is not None:
                 log.warning("Removing unfinished or outdated collection %s before rebuilding", name)
                 delete_document(client, name)
@@ -407,6 +415,7 @@ def _build_collection(doc, client, embedder, name, sha256, doc_name, progress, t
         "doc_name": doc_name,
         "sha256": sha256,
         "embedder": models.embedder_name(embedder),
+        "extractor": config.EXTRACTOR,
         "status": "ingesting",
         "pages": doc.page_count,
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -487,6 +496,9 @@ def _write_pages(doc, collection, embedder, sha256, doc_name, progress) -> dict:
     seconds = {"extract": 0.0, "ocr": 0.0, "chunk": 0.0, "embed": 0.0, "store": 0.0}
     sources, chunks = [], 0
     damaged = set(unreadable_pages(doc))  # only left when KEEP_READABLE_PAGES asked to keep the rest
+    t = time.perf_counter()
+    running = running_lines(doc, skip=damaged) if config.EXTRACTOR == "layout" else frozenset()
+    seconds["extract"] += time.perf_counter() - t
     for first in range(0, total, config.PAGE_BATCH_SIZE):
         pages = []
         for number in range(first, min(first + config.PAGE_BATCH_SIZE, total)):
@@ -495,7 +507,7 @@ def _write_pages(doc, collection, embedder, sha256, doc_name, progress) -> dict:
                 continue
             t = time.perf_counter()
             try:
-                pages.append(read_page(doc.load_page(number)))
+                pages.append(read_page(doc.load_page(number), running))
             except IngestError:
                 raise
             except Exception as err:
@@ -567,7 +579,8 @@ def page_texts(collection) -> dict[int, str]:
     got = collection.get(include=["documents", "metadatas"])
     pieces: dict[int, list[tuple[int, int, str]]] = {}
     for text, meta in zip(got["documents"], got["metadatas"]):
-        pieces.setdefault(meta["page"], []).append((meta["start"], meta["end"], text))
+        body = text[meta.get("header_chars", 0) :]  # a repeated table header is not page text
+        pieces.setdefault(meta["page"], []).append((meta["start"], meta["end"], body))
     pages = {}
     for number, spans in pieces.items():
         out, cursor = "", 0

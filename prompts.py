@@ -81,8 +81,8 @@ ANSWER_SHAPES = {
 
 REWRITE_SYSTEM = (
     "Rewrite the user's last question as one standalone search query, using the conversation to resolve words "
-    "like 'it', 'that', 'and in 2019?'. Do not answer the question and add no numbers or facts: reply with the "
-    "query only, as a question."
+    "like 'it', 'that', 'and in 2019?'. Keep the names and topic from the conversation; do not answer it. "
+    "Reply with the query only."
 )
 
 REWRITE_USER = "Conversation:\n{history}\n\nLast question: {question}\n\nStandalone query:"

@@ -40,7 +40,7 @@ import models
 import prompts
 from checker import CheckedSentence, Citation, strip_markers, verify_answer
 from question import parse_question
-from retriever import Hit, Retriever
+from retriever import Hit, Retriever, tokenize
 from safe_text import fence_text, terminal_text
 
 log = logging.getLogger(__name__)
@@ -122,8 +122,9 @@ def rewrite_query(llm: BaseChatModel, question: str, history: list[tuple[str, st
 
 def checked_rewrite(query: str, question: str, history: list[tuple[str, str]]) -> str:
     """``query`` if it adds no month or name that is in neither the conversation nor the question, and
-    no number the user did not write (a number from an earlier answer in a query states that answer);
-    else the previous question plus this one. A rewrite that states facts is an answer, not a search.
+    no number the user did not write (a number from an earlier answer in a query states that answer),
+    and keeps at least one word of the conversation beyond the question itself ("How many winters?"
+    for "And for how many winters?" searches nothing new); else the previous question plus this one. A rewrite that states facts is an answer, not a search.
 
     checked_rewrite("lighthouse keeper winters 41", "And how many winters?", [("user", "Who kept the lighthouse?")])
       -> "Who kept the lighthouse? And how many winters?"
@@ -132,10 +133,13 @@ def checked_rewrite(query: str, question: str, history: list[tuple[str, str]]) -
     said = question + "\n" + "\n".join(text for _, text in history)
     invented = (checker.missing_specifics(query, said) | (checker.numbers_in(query) - checker.numbers_in(user_said))
                 if query else {"(empty)"})
-    if not invented:
-        return query
     previous = next((text for role, text in reversed(history) if role == "user"), "")
-    log.warning("Rewrite %r adds %s; searching the previous and this question instead", query, sorted(invented))
+    # a follow-up is about the conversation's topic: a rewrite with none of its words lost the topic
+    keeps_topic = not set(tokenize(previous)) or bool(set(tokenize(query)) & (set(tokenize(said)) - set(tokenize(question))))
+    if not invented and keeps_topic:
+        return query
+    why = f"adds {sorted(invented)}" if invented else "drops the conversation's topic"
+    log.warning("Rewrite %r %s; searching the previous and this question instead", query, why)
     return f"{previous} {question}".strip()
 
 

@@ -1,11 +1,16 @@
-"""Hybrid retrieval over the whole library: meaning (vectors from ChromaDB) + keywords (BM25), fused by RRF.
+"""Hybrid retrieval over the whole library: meaning (vectors from ChromaDB) + keywords (BM25), fused.
 
 One question flows like this:
 
-    question -> embed -> cosine top-N chunks of the in-scope documents -> pages       (semantic leg)
-             -> tokenize -> BM25 over every page's title + keywords + text           (keyword leg)
+    question -> question.parse_question(): the question apart from answer-form instructions
+                (units, persona, "relying on the cash flow statement") and the years it names
+             -> embed (once per fiscal-year wording the library uses) -> cosine top-N chunks
+                of the in-scope documents -> pages                                  (semantic leg)
+             -> keyword_tokens -> BM25 over every page's title + keywords + text     (keyword leg)
              -> pages the question names outright ("page 14", "cover page")         (page leg)
-             -> Reciprocal Rank Fusion of the three page rankings
+             -> pages headed by a statement the instructions name                   (hint leg)
+             -> fusion (FUSION: RRF, with a seat for each leg's best page by default)
+             -> routing: documents the question names get a boost (none is dropped)
              -> top-k pages, each shown as its best passage, with a trace
 
 The keyword leg exists because dense vectors blur exact terms (product codes,
@@ -67,15 +72,20 @@ def tokenize(text: str) -> list[str]:
 
     tokenize("The page. Page 3, Zürich! See Fig. 2") -> ["page", "page", "3", "zürich", "see", "fig", "2", "figure_2"]
     tokenize("FY19 capex") -> ["fy", "2019", "capex"]   (so "FY2019" matches a page that says "2019")
-    tokenize("Prosecution Services Staff") -> ["prosecution", "services", "staff", "pss"]   (so "PSS" matches it)
     """
     text = _FISCAL_YEAR.sub(lambda m: f"FY {m.group(1) if len(m.group(1)) == 4 else '20' + m.group(1)}", text)
     words = [w for w in _WORD.findall(text.lower()) if w not in STOPWORDS]
-    if config.NAME_INITIALS:
-        words += initials(text)
     if config.NUMBERED_REFS:
         words += [f"{_KIND.get(kind.lower(), kind.lower())}_{num.lower()}" for kind, num in _NUMBERED_THING.findall(text)]
     return words
+
+
+def keyword_tokens(text: str) -> list[str]:
+    """What the keyword index and its queries are made of: ``tokenize`` plus each name's initials.
+
+    keyword_tokens("Prosecution Services Staff") -> ["prosecution", "services", "staff", "pss"]   (so "PSS" matches it)
+    """
+    return tokenize(text) + (initials(text) if config.NAME_INITIALS else [])
 
 
 _ORDINALS = {w: i for i, w in enumerate(
@@ -277,7 +287,7 @@ class Retriever:
         for page, rows in pages.items():
             meta = got["metadatas"][rows[0]]
             page_texts[page] = " ".join([meta.get("title", "")] + [got["documents"][r] for r in rows])
-            page_tokens[page] = tokenize(" ".join([meta.get("title", ""), meta.get("keywords", "")] + [got["documents"][r] for r in rows]))
+            page_tokens[page] = keyword_tokens(" ".join([meta.get("title", ""), meta.get("keywords", "")] + [got["documents"][r] for r in rows]))
         first_pages = [page_texts[page] for page in sorted(page_texts)[: config.PROFILE_PAGES]]
         return {
             "profile": document_profile(col.metadata.get("doc_name", name), first_pages, " ".join(page_texts.values())),
@@ -384,7 +394,7 @@ class Retriever:
         """(page, BM25 score) best first, only pages that share a term with the question."""
         self._refresh_if_stale()
         n = n or config.CANDIDATES
-        scores = self._bm25.get_scores(tokenize(question))
+        scores = self._bm25.get_scores(keyword_tokens(question))
         if scope is not None:
             scores[~self._scope_mask(self._page_owner, scope)] = 0.0
         return [(self._pages[i], float(scores[i])) for i in _top_indices(scores, n) if scores[i] > 0]
@@ -416,7 +426,7 @@ class Retriever:
     def named_documents(self, query: str, scope: list[str] | None) -> dict[str, float]:
         """{collection: routing score} of the in-scope documents the question names (see routing.py)."""
         profiles = {name: self._profiles[name] for name in self._in_scope(scope)}
-        return route(set(tokenize(query)), years_named(query), profiles, self._route_weights)
+        return route(set(keyword_tokens(query)), years_named(query), profiles, self._route_weights)
 
     def profile(self, collection: str) -> DocumentProfile:
         """The document's profile (title, names, years, type) as routing sees it."""

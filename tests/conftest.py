@@ -81,19 +81,20 @@ def store(tmp_path, monkeypatch):
     return ingest.get_client(str(path))
 
 
+# The three pages of facts.pdf, the suite's small document with known answers.
+FACT_PAGES = [
+    "Chapter 1. The lighthouse keeper of Port Elwin was Margaret Tolland. "
+    "She kept the lamp burning for forty-one winters without missing a night.",
+    "Chapter 2. The harbour's fishing fleet landed mostly cod and haddock. "
+    "In 1911 the catch reached 3,200 tonnes, a record for the coast.",
+    "Chapter 3. The railway reached the town in 1889. Trains to the capital "
+    "took nine hours and carried mail, fish and passengers.",
+]
+
+
 @pytest.fixture
 def three_page_pdf(tmp_path) -> Path:
-    return write_text_pdf(
-        tmp_path / "facts.pdf",
-        [
-            "Chapter 1. The lighthouse keeper of Port Elwin was Margaret Tolland. "
-            "She kept the lamp burning for forty-one winters without missing a night.",
-            "Chapter 2. The harbour's fishing fleet landed mostly cod and haddock. "
-            "In 1911 the catch reached 3,200 tonnes, a record for the coast.",
-            "Chapter 3. The railway reached the town in 1889. Trains to the capital "
-            "took nine hours and carried mail, fish and passengers.",
-        ],
-    )
+    return write_text_pdf(tmp_path / "facts.pdf", FACT_PAGES)
 
 
 # -----------------------------------------------------------------------------

@@ -21,18 +21,10 @@ import pymupdf
 import pytest
 
 import bench
-from conftest import TEST_LLM, write_text_pdf
+from conftest import FACT_PAGES, TEST_LLM, write_text_pdf
 
 QUESTION = "When did the railway reach the town?"
 HOSTILE = '<img src="http://127.0.0.1:9/x.png"> **[click](http://127.0.0.1:9)**'  # text in a PDF, nothing more
-FACTS = [
-    "Chapter 1. The lighthouse keeper of Port Elwin was Margaret Tolland. "
-    "She kept the lamp burning for forty-one winters without missing a night.",
-    "Chapter 2. The harbour's fishing fleet landed mostly cod and haddock. "
-    "In 1911 the catch reached 3,200 tonnes, a record for the coast.",
-    "Chapter 3. The railway reached the town in 1889. Trains to the capital "
-    "took nine hours and carried mail, fish and passengers.",
-]
 
 
 def start_server(folder: Path, **settings: str) -> tuple[subprocess.Popen, str]:
@@ -85,7 +77,7 @@ def files(tmp_path_factory) -> dict[str, Path]:
     (folder / "notes.pdf").write_text("just some notes, not a PDF")
     (folder / "huge.pdf").write_bytes(b"%PDF-1.7\n" + b"0" * (2 << 20))  # over MAX_FILE_MB=1
     return {
-        "facts": write_text_pdf(folder / "facts.pdf", FACTS),
+        "facts": write_text_pdf(folder / "facts.pdf", FACT_PAGES),
         "other": write_text_pdf(folder / "other.pdf", [f"Bees raise a new queen on royal jelly. {HOSTILE}"]),
         "locked": folder / "locked.pdf",
         "notes": folder / "notes.pdf",

@@ -144,12 +144,18 @@ def test_raw_sample_cuts_embeddings_and_collection_rows_flag_unfinished():
     assert rows[0]["chunks"] is None and "unfinished" in rows[0]["status"] and rows[0]["enriched"] == "0/3"
 
 
-def test_switching_documents_starts_with_fresh_filters(store, embedder, three_page_pdf, tmp_path):
+def viewer_on_facts_beside_one_more(store, embedder, three_page_pdf, tmp_path):
+    """The viewer with facts.pdf and a one-page one.pdf in the store, facts.pdf selected."""
     ingest.ingest_pdf(three_page_pdf, store, embedder)
     ingest.ingest_pdf(write_text_pdf(tmp_path / "one.pdf", ["A single page about tides."]), store, embedder)
     app = run_viewer()
     facts = next(o for o in app.selectbox[0].options if o.startswith("facts.pdf"))
     app.selectbox[0].select(facts).run()
+    return app
+
+
+def test_switching_documents_starts_with_fresh_filters(store, embedder, three_page_pdf, tmp_path):
+    app = viewer_on_facts_beside_one_more(store, embedder, three_page_pdf, tmp_path)
     app.multiselect(key="filter_pages").select(3).run()
     app.number_input(key="page_number").set_value(3).run()
     one = next(o for o in app.selectbox[0].options if o.startswith("one.pdf"))
@@ -170,11 +176,7 @@ def test_the_heatmap_rows_are_told_apart_and_tiny_variances_print_in_powers_of_t
 
 
 def test_the_heatmap_control_starts_from_each_documents_own_default(store, embedder, three_page_pdf, tmp_path):
-    ingest.ingest_pdf(three_page_pdf, store, embedder)
-    ingest.ingest_pdf(write_text_pdf(tmp_path / "one.pdf", ["A single page about tides."]), store, embedder)
-    app = run_viewer()
-    facts = next(o for o in app.selectbox[0].options if o.startswith("facts.pdf"))
-    app.selectbox[0].select(facts).run()
+    app = viewer_on_facts_beside_one_more(store, embedder, three_page_pdf, tmp_path)
     chunks = next(n for n in app.number_input if n.label == "Heatmap: first chunks")
     chunks.set_value(2).run()
     one = next(o for o in app.selectbox[0].options if o.startswith("one.pdf"))

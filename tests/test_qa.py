@@ -170,6 +170,16 @@ def test_a_follow_up_rewrite_that_adds_a_number_is_rejected():
         "Who was the keeper? And for how long?")  # a name from nowhere
 
 
+def test_a_follow_up_rewrite_that_drops_the_topic_falls_back_to_the_conversation():
+    lighthouse = [("user", "Who was the lighthouse keeper of Port Elwin?"),
+                  ("assistant", "Margaret Tolland was the lighthouse keeper [1].")]
+    question = "And for how many winters?"
+    assert qa.checked_rewrite("How many winters?", question, lighthouse) == (
+        "Who was the lighthouse keeper of Port Elwin? And for how many winters?")
+    assert qa.checked_rewrite("How many winters was the lighthouse kept?", question, lighthouse) == (
+        "How many winters was the lighthouse kept?")
+
+
 def test_an_over_long_context_drops_whole_sources_from_the_bottom(facts, llm):
     retriever, _ = facts
     hits = retriever.search("lighthouse fish railway", k=3)

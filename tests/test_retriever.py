@@ -16,7 +16,7 @@ from rank_bm25 import BM25Okapi
 import ingest
 from eval_retrieval import abbreviate_names, perturb, reword_years, split_questions
 from question import parse_question
-from retriever import Retriever, SparseBM25, page_references, rrf, tokenize
+from retriever import Retriever, SparseBM25, keyword_tokens, page_references, rrf, tokenize
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -342,5 +342,6 @@ def test_a_year_is_searched_as_the_document_writes_it(store, embedder, tmp_path)
     ingest.ingest_pdf(pdf, store, embedder)
     retriever = Retriever(store, embedder)
     assert tokenize("FY2020") == ["fy", "2020"] and tokenize("FY20") == ["fy", "2020"]
+    assert keyword_tokens("the Prosecution Services Staff") == ["prosecution", "services", "staff", "pss"]
     for wording in ("FY2020", "FY20", "fiscal year 2020", "2020"):
         assert retriever.search(f"What happened to a creamery in {wording}?", k=1)[0].page == 2
