@@ -14,6 +14,7 @@ import checker
 import config
 import ingest
 import models
+import prompts
 import qa
 from conftest import write_text_pdf
 from retriever import Hit, Retriever
@@ -352,3 +353,25 @@ def test_ollama_missing_model_and_server_down_are_plain_errors(facts, ollama_cha
     gone = ChatOllama(model="llama3.2:3b", base_url="http://127.0.0.1:9")  # nothing listens there any more
     with pytest.raises(models.ModelUnavailableError, match="stopped answering"):
         qa.answer_question("When did the railway reach the town?", retriever, llm=gone)
+
+
+def test_a_refusal_with_a_close_passage_is_asked_again_of_that_passage_alone(facts, ollama_chat, monkeypatch):
+    monkeypatch.setattr(ollama_chat, "models", ["llama3.2:3b"])
+    monkeypatch.setattr(ollama_chat, "replies", [prompts.REFUSAL, "The railway reached the town in 1889 [1]."])
+    monkeypatch.setattr(ollama_chat, "chats", [])
+    retriever, _ = facts
+    answer = qa.answer_question("When did the railway reach the town?", retriever, llm=models.get_chat_model())
+    first, second = ollama_chat.chats
+    assert first["messages"][-1]["content"].count("<source>") > 1 and second["messages"][-1]["content"].count("<source>") == 1
+    assert not answer.refused and "1889" in answer.text and [s.page for s in answer.sources] == [3]
+    assert answer.citations[0].page == 3 and answer.citations[0].verified
+
+
+def test_a_refusal_without_a_close_passage_stands(facts, ollama_chat, monkeypatch):
+    monkeypatch.setattr(ollama_chat, "models", ["llama3.2:3b"])
+    monkeypatch.setattr(ollama_chat, "replies", [prompts.REFUSAL])
+    monkeypatch.setattr(ollama_chat, "chats", [])
+    monkeypatch.setattr(config, "RETRY_MIN_SIMILARITY", 0.99)
+    retriever, _ = facts
+    answer = qa.answer_question("When did the railway reach the town?", retriever, llm=models.get_chat_model())
+    assert len(ollama_chat.chats) == 1 and answer.refused and answer.text == prompts.REFUSAL
