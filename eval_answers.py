@@ -153,6 +153,24 @@ def citation_pairs(rows: list[dict], embedder) -> list[dict]:
     return pairs
 
 
+def judging_pairs(rows: list[dict], embedder) -> list[dict]:
+    """Every (sentence, passage shown) of each answer, cited or not, for a person to judge: precision
+    needs the cited pairs, recall also needs to know which uncited passages back a sentence."""
+    pairs = []
+    for row in rows:
+        hits = rows_hits(row)
+        for sentence in checker.verify_answer(row["answer"], hits, embedder, row["question"]):
+            if sentence.supported is None:  # nothing to check (a refusal, a heading)
+                continue
+            shown = {c.page: c for c in sentence.citations}
+            for hit, source in zip(hits, row["sources"]):
+                cited = shown.get(hit.page)
+                pairs.append({"model": row["model"], "question": row["question"], "sentence": checker.strip_markers(sentence.text),
+                              "page": hit.page, "cited": cited is not None, "verified": bool(cited and cited.verified),
+                              "gold_page": source["gold_page"], "passage": hit.text})
+    return pairs
+
+
 def tick_recall(rows: list[dict], embedder, labels: dict[str, bool]) -> dict:
     """Of the sentences a person judged backed by one of the passages shown, the share the checker
     gives a ✓ on such a passage (sentences no judgment covers are left out)."""
@@ -196,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--extractor", choices=eval_retrieval.EXTRACTORS, help="page-text extractor (own store, as in eval_retrieval)")
     parser.add_argument("--recheck", type=Path, help="re-check the citations of these stored rows (no LLM) ...")
     parser.add_argument("--labels", type=Path, default=LABELS, help="... against these hand judgments")
-    parser.add_argument("--pairs", type=Path, help="write the re-checked (sentence, passage) pairs here, for judging")
+    parser.add_argument("--pairs", type=Path, help="write every (sentence, passage shown) pair here, for judging")
     parser.add_argument("--dev", action="store_true",
                         help="sample from the questions the default sample leaves out (for designing rules)")
     parser.add_argument("--docs", nargs="+", help="with --dev: only questions about these PDFs")
@@ -242,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
                     "answer_in_context": answer_in_context(q, [h.text for h in answer.sources]),
                     "answer": answer.text,
                     "refused": answer.refused,
+                    "second_look": answer.second_look,
                     "correct": is_correct(q, answer.text, answer.refused),
                     "citations": [
                         {"page": c.page, "verified": c.verified, "gold_page": c.collection == col and c.page in q["pages"]}
@@ -323,7 +342,7 @@ def recheck(rows_path: Path, labels_path: Path, pairs_out: Path | None, question
     embedder = models.get_embeddings()
     pairs = citation_pairs(rows, embedder)
     if pairs_out:
-        pairs_out.write_text("".join(json.dumps(p, ensure_ascii=False) + "\n" for p in pairs))
+        pairs_out.write_text("".join(json.dumps(p, ensure_ascii=False) + "\n" for p in judging_pairs(rows, embedder)))
     labels = load_labels(labels_path)
     for model in sorted({r["model"] for r in rows}):
         mine = [r for r in rows if r["model"] == model]

@@ -203,6 +203,45 @@ def retry_on_refusal(sources: list[Hit]) -> bool:
     return config.RETRY_MIN_SIMILARITY > 0 and bool(sources) and sources[0].trace.get("semantic_score", 0.0) >= config.RETRY_MIN_SIMILARITY
 
 
+_QUOTE_LINE = re.compile(r"^\W*quote\W*:\s*(.+?)\s*$", re.I | re.M)
+_ANSWER_LINE = re.compile(r"^\W*answer\W*:\s*(.+?)\s*$", re.I | re.M)
+
+
+def _flat(text: str) -> str:
+    return " ".join(re.sub(r"[^\w%]+", " ", text.lower()).split())
+
+
+def quoted_answer(reply: str, passage: str) -> str | None:
+    """The answer of a "Quote: ... / Answer: ..." reply, followed by its quotation, when the quoted line
+    is in ``passage`` word for word (case, spacing and punctuation aside); None for a refusal, a reply of
+    another shape, or a quotation the passage does not hold (the model would be answering from elsewhere).
+
+    quoted_answer("Quote: Special Agent Marc Silski\nAnswer: Marc Silski signed it.", "...\nSpecial Agent Marc Silski\n...")
+      -> 'Marc Silski signed it [1]. The page says: "Special Agent Marc Silski" [1].'
+    """
+    quote, said = _QUOTE_LINE.search(reply), _ANSWER_LINE.search(reply)
+    if not quote or not said or is_refusal(said.group(1)):
+        return None
+    line = quote.group(1).strip(" \"'“”")
+    if len(_flat(line).split()) < 2 or _flat(line) not in _flat(passage):
+        return None
+    sentence = strip_markers(said.group(1)).strip().rstrip(".")
+    return f'{sentence} [1]. The page says: "{line}" [1].'
+
+
+def second_look(llm: BaseChatModel, question: str, hit: Hit) -> str | None:
+    """After a refusal: the best passage alone, and a reply that must quote the line it answers from
+    (see ``quoted_answer``); None when the model still refuses or its quotation is not in the passage."""
+    messages = [SystemMessage(prompts.RETRY_SYSTEM), HumanMessage(prompts.RETRY_USER.format(source=format_source(1, hit), question=question))]
+    try:
+        reply = models.with_max_tokens(llm, config.RETRY_MAX_TOKENS).invoke(messages).content
+    except Exception as err:  # any transport or server failure
+        raise models.ModelUnavailableError(models.explain_failure(err)) from err
+    answer = quoted_answer(reply, hit.text)
+    log.info("Second look at %s p.%d: %s", hit.doc_name, hit.page, "a quoted answer" if answer else f"nothing usable in {reply[:120]!r}")
+    return answer
+
+
 @dataclass
 class Answer:
     question: str
@@ -214,6 +253,7 @@ class Answer:
     confidence: float | None = None  # supported sentences / sentences that could be judged
     seconds: float = 0.0
     first_token_seconds: float | None = None
+    second_look: str | None = None  # after a refusal with a close passage: "answered" or "refused again"
 
     @property
     def citations(self) -> list[Citation]:
@@ -316,7 +356,7 @@ def ask(
 
     def pieces() -> Iterator[str]:
         """The reply as it comes; a bare refusal while the best passage is a close match is held back
-        and the question asked once more of that passage alone (small models refuse with the answer in front of them)."""
+        and that passage alone is looked at again (small models refuse with the answer in front of them)."""
         reply, held = model_pieces(sources), ""
         for piece in reply:
             held += piece
@@ -325,11 +365,14 @@ def ask(
                 yield from reply
                 return
         if is_refusal(held) and retry_on_refusal(sources):
-            log.info("Refusal with a close passage (similarity %.3f): asking again with it alone", sources[0].trace["semantic_score"])
-            answer.sources = sources[:1]
-            yield from model_pieces(answer.sources)
-        else:
-            yield held
+            log.info("Refusal with a close passage (similarity %.3f): a second look at it alone", sources[0].trace["semantic_score"])
+            stage("Looking again at the closest passage…")
+            if quoted := second_look(llm, asked, sources[0]):
+                answer.sources, answer.second_look = sources[:1], "answered"
+                yield quoted
+                return
+            answer.second_look = "refused again"
+        yield held
 
     def finish(text: str) -> Answer:
         stage("Checking the citations…")

@@ -112,10 +112,14 @@ class FakeOllama(BaseHTTPRequestHandler):
             self.send_error(404)
 
     reply = "The railway reached the town in 1889 [1]."
+    replies: list[str] = []  # when set, one per chat request, in order (then `reply`)
+    chats: list[dict] = []  # the chat requests received, when a test sets a list here
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         if self.path == "/api/chat":
+            self.chats.append(body)
+            reply = self.replies.pop(0) if self.replies else self.reply
             if body["model"] not in self.models:
                 self.send_response(404)
                 self.send_header("Content-Type", "application/json")
@@ -125,7 +129,7 @@ class FakeOllama(BaseHTTPRequestHandler):
             self.send_response(200)
             self.send_header("Content-Type", "application/x-ndjson")
             self.end_headers()
-            for word in self.reply.split(" "):
+            for word in reply.split(" "):
                 line = {"model": body["model"], "created_at": "2026-11-23T00:00:00Z",
                         "message": {"role": "assistant", "content": word + " "}, "done": False}
                 self.wfile.write((json.dumps(line) + "\n").encode())

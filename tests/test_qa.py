@@ -14,6 +14,7 @@ import checker
 import config
 import ingest
 import models
+import prompts
 import qa
 from conftest import write_text_pdf
 from retriever import Hit, Retriever
@@ -352,3 +353,51 @@ def test_ollama_missing_model_and_server_down_are_plain_errors(facts, ollama_cha
     gone = ChatOllama(model="llama3.2:3b", base_url="http://127.0.0.1:9")  # nothing listens there any more
     with pytest.raises(models.ModelUnavailableError, match="stopped answering"):
         qa.answer_question("When did the railway reach the town?", retriever, llm=gone)
+
+
+def test_quoted_answer_keeps_a_reply_only_when_its_quotation_is_in_the_passage():
+    passage = "VERIFICATION\nI, Marc Silski, am a Special Agent of the FBI.\nSpecial Agent Marc Silski\nDated: September 6, 2018"
+    reply = "Quote: Special Agent Marc Silski\nAnswer: The complaint was verified by Special Agent Marc Silski."
+    assert qa.quoted_answer(reply, passage) == (
+        'The complaint was verified by Special Agent Marc Silski [1]. The page says: "Special Agent Marc Silski" [1].')
+    assert qa.quoted_answer("Quote: i, marc silski,  am a special agent\nAnswer: Marc Silski.", passage)  # case, spacing
+    assert qa.quoted_answer("Quote: Special Agent John Smith\nAnswer: John Smith signed it.", passage) is None
+    assert qa.quoted_answer("Quote: Silski\nAnswer: Marc Silski.", passage) is None  # one word proves nothing
+    assert qa.quoted_answer("Special Agent Marc Silski signed it.", passage) is None  # no quotation
+    assert qa.quoted_answer("Quote: none", passage) is None  # what the prompt asks for when no line answers
+    assert qa.quoted_answer(f"Quote: Special Agent Marc Silski\nAnswer: {prompts.REFUSAL}", passage) is None
+
+
+def test_a_refusal_with_a_close_passage_gets_a_second_look_at_that_passage_alone(facts, ollama_chat, monkeypatch):
+    monkeypatch.setattr(ollama_chat, "models", ["llama3.2:3b"])
+    second_reply = "Quote: The railway reached the town in 1889\nAnswer: It reached the town in 1889."
+    monkeypatch.setattr(ollama_chat, "replies", [prompts.REFUSAL, second_reply])
+    monkeypatch.setattr(ollama_chat, "chats", [])
+    retriever, _ = facts
+    answer = qa.answer_question("When did the railway reach the town?", retriever, llm=models.get_chat_model())
+    first, second = ollama_chat.chats
+    assert first["messages"][-1]["content"].count("<source>") > 1 and second["messages"][-1]["content"].count("<source>") == 1
+    assert second["messages"][0]["content"] == prompts.RETRY_SYSTEM
+    assert not answer.refused and answer.second_look == "answered" and [s.page for s in answer.sources] == [3]
+    assert answer.text.startswith("It reached the town in 1889 [1].")
+    assert all(c.page == 3 and c.verified for c in answer.citations)
+
+
+def test_a_second_look_whose_quotation_is_not_in_the_passage_leaves_the_refusal(facts, ollama_chat, monkeypatch):
+    monkeypatch.setattr(ollama_chat, "models", ["llama3.2:3b"])
+    monkeypatch.setattr(ollama_chat, "replies", [prompts.REFUSAL, "Quote: The railway reached the town in 1901\nAnswer: In 1901."])
+    monkeypatch.setattr(ollama_chat, "chats", [])
+    retriever, _ = facts
+    answer = qa.answer_question("When did the railway reach the town?", retriever, llm=models.get_chat_model())
+    assert len(ollama_chat.chats) == 2 and answer.refused and answer.text == prompts.REFUSAL
+    assert answer.second_look == "refused again" and len(answer.sources) > 1
+
+
+def test_a_refusal_without_a_close_passage_stands(facts, ollama_chat, monkeypatch):
+    monkeypatch.setattr(ollama_chat, "models", ["llama3.2:3b"])
+    monkeypatch.setattr(ollama_chat, "replies", [prompts.REFUSAL])
+    monkeypatch.setattr(ollama_chat, "chats", [])
+    monkeypatch.setattr(config, "RETRY_MIN_SIMILARITY", 0.99)
+    retriever, _ = facts
+    answer = qa.answer_question("When did the railway reach the town?", retriever, llm=models.get_chat_model())
+    assert len(ollama_chat.chats) == 1 and answer.refused and answer.text == prompts.REFUSAL
