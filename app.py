@@ -141,13 +141,16 @@ def document_card(doc: dict, labelling: ingest.EnrichmentProgress | None) -> Non
     name_col, remove_col = st.columns([5, 1])
     facts = f"{doc['pages']} pages · {doc['chunks']} passages · {doc['ocr_pages']} OCR"
     name_col.markdown(f"**{md(doc['doc_name'])}**  \n{facts}")
-    if labelling is not None and labelling.state in ("queued", "labelling"):
-        share = labelling.done / labelling.total if labelling.total else 0.0
-        name_col.progress(share, text=f"Page labels: {labelling.done}/{labelling.total or '?'}")
+    failed = doc.get("label_failed_pages", 0)
+    if labelling is not None and labelling.state == "queued":
+        name_col.caption(f"Page labels: queued, {labelling.ahead} document(s) first")
+    elif labelling is not None and labelling.state == "labelling":
+        paused = " · paused while answering" if models.QUESTIONS.busy() else ""
+        name_col.progress(labelling.done / max(labelling.total, 1), text=f"Page labels: {labelling.done}/{labelling.total}{paused}")
     elif labelling is not None and labelling.state == "failed":
         name_col.caption(f"Page labels stopped: {md(labelling.message)}")
     elif not labels_missing(doc):
-        name_col.caption("Page labels: done")
+        name_col.caption(f"Page labels: done, {failed} page(s) failed" if failed else "Page labels: done")
     if remove_col.button("", icon=":material/delete:", key=f"rm-{doc['collection']}", help="Remove from library"):
         try:
             ingest.delete_document(store(), doc["collection"])
@@ -310,11 +313,14 @@ def answer_now(question: str, history: list[tuple[str, str]], scope, k: int) -> 
 
     Any failure becomes a message in the chat, so the conversation so far survives it.
     """
+    if any(p.state == "labelling" for p in labelling_progress().values()):
+        st.caption("Page labelling paused while answering")
     status = st.empty()  # what is happening while the person waits: searching, reading, writing
     try:
-        stream = qa.ask(question, retriever(), llm=chat_model(), history=history, scope=scope, k=k,
-                        on_stage=lambda text: status.caption(text))
-        st.write_stream(md_stream(stream))
+        with models.QUESTIONS.asking():  # the background labeller waits until the answer is out
+            stream = qa.ask(question, retriever(), llm=chat_model(), history=history, scope=scope, k=k,
+                            on_stage=lambda text: status.caption(text))
+            st.write_stream(md_stream(stream))
     except (models.ModelUnavailableError, ingest.IngestError) as err:
         return {"role": "assistant", "content": "", "error": str(err)}
     except Exception as err:  # e.g. Ollama's embedder gone mid-search: say so, keep the chat

@@ -4,6 +4,8 @@
     python bench.py ingest --big 1000 [--json OUT]
     python bench.py retrieval [--chunks 1000 10000 100000] [--json OUT]
     python bench.py answer [--models qwen2.5-coder-0.5b qwen2.5-coder-1.5b] [--questions 10] [--json OUT]
+    python bench.py answer --while-labelling [--models ...] [--questions 4] [--seed 17] [--json OUT]
+    python bench.py runtime [--models ...] [--rounds 3] [--source-chars 800] [--json OUT]
     python bench.py api [--clients 20] [--ask-clients 4] [--chunks 10000] [--model NAME] [--json OUT]
 
 ``ingest`` runs each PDF in a fresh child process with an empty temporary
@@ -245,14 +247,10 @@ def time_retrieval(client, questions: list[str]) -> dict:
 # Answering speed
 
 
-def time_answers(model_name: str, questions: list[str]) -> dict:
-    """Median time to first token, tokens/s and prompt size of one embedded model, asked
-    the way qa.ask does it (retrieve, fit the sources, stream) minus the citation check."""
-    import statistics
-
+def answer_store():
+    """(client, retriever) over input_data's PDFs, ingested once into ``bench_store/answer``."""
     import ingest
     import models
-    import qa
     from retriever import Retriever
 
     store_dir = config.BASE_DIR / "bench_store" / "answer"
@@ -260,30 +258,289 @@ def time_answers(model_name: str, questions: list[str]) -> dict:
     client, embedder = ingest.get_client(str(store_dir)), models.get_embeddings()
     for pdf in sorted((Path(config.INPUT_DATA_DIR) / "pdfs").glob("*.pdf")):
         ingest.ingest_pdf(pdf, client, embedder)
-    retriever = Retriever(client, embedder)
+    return client, Retriever(client, embedder)
+
+
+def stream_answer(llm, retriever, question: str, first_token_only: bool = False) -> dict:
+    """Ask ``question`` the way qa.ask does (retrieve, fit the sources, stream) minus the citation
+    check, as a question (labelling waits); seconds are counted from the question, as in the app."""
+    import models
+    import qa
+
+    with models.QUESTIONS.asking():
+        t0 = time.perf_counter()
+        sources = qa.fit_sources(question, retriever.search(question), [], llm.count_tokens, config.LLM_N_CTX, config.LLM_MAX_TOKENS)
+        messages = qa.build_messages(question, sources, [])
+        first, text, pieces = None, "", llm.stream(messages)
+        for chunk in pieces:
+            first = first or time.perf_counter()
+            text += chunk.content
+            if first_token_only:
+                pieces.close()  # the reply is not needed: free the model at once
+                break
+        end = time.perf_counter()
+    return {"messages": messages, "first_token_s": first - t0, "text": text, "first": first, "end": end, "t0": t0}
+
+
+def time_answers(model_name: str, questions: list[str]) -> dict:
+    """Median time to first token, tokens/s and prompt size of one embedded model."""
+    import statistics
+
+    import models
+
+    _, retriever = answer_store()
     t = time.perf_counter()
     llm = models.EmbeddedChatModel.load(model_name)
     load_s = time.perf_counter() - t
     samples = {"prompt_tokens": [], "first_token_s": [], "tokens_per_s": [], "answer_tokens": [], "total_s": []}
     for question in questions:
-        sources = qa.fit_sources(question, retriever.search(question), [], llm.count_tokens, config.LLM_N_CTX, config.LLM_MAX_TOKENS)
-        messages = qa.build_messages(question, sources, [])
-        t0, first, text = time.perf_counter(), None, ""
-        for chunk in llm.stream(messages):
-            first = first or time.perf_counter()
-            text += chunk.content
-        end = time.perf_counter()
-        answer_tokens = llm.count_tokens(text)
-        samples["prompt_tokens"].append(sum(llm.count_tokens(m.content) for m in messages))
-        samples["first_token_s"].append(first - t0)
-        samples["tokens_per_s"].append((answer_tokens - 1) / max(end - first, 1e-9))
+        run = stream_answer(llm, retriever, question)
+        answer_tokens = llm.count_tokens(run["text"])
+        samples["prompt_tokens"].append(sum(llm.count_tokens(m.content) for m in run["messages"]))
+        samples["first_token_s"].append(run["first_token_s"])
+        samples["tokens_per_s"].append((answer_tokens - 1) / max(run["end"] - run["first"], 1e-9))
         samples["answer_tokens"].append(answer_tokens)
-        samples["total_s"].append(end - t0)
+        samples["total_s"].append(run["end"] - run["t0"])
     row = {"model": model_name, "questions": len(questions), "load_s": round(load_s, 1)}
     row.update({f"median_{k}": round(statistics.median(v), 1) for k, v in samples.items()})
     return row
 
 
+LABELLING_PDF = BENCH_PDFS / "05-03-18-political-release.pdf"  # 17 text pages
+
+
+def labelling_collection(store_dir: str):
+    """A bench PDF in a store of its own with no page labelled yet: pages for the labeller to chew on."""
+    import ingest
+    import models
+
+    client, embedder = ingest.get_client(store_dir), models.get_embeddings()
+    result = ingest.ingest_pdf(LABELLING_PDF, client, embedder)
+    return ingest.open_collection(client, result.collection, embedder)
+
+
+def time_answers_while_labelling(model_name: str, questions: list[str], fresh: list[str], seed: int) -> dict:
+    """First-token seconds for the same questions with page labelling idle and running.
+
+    Each question is asked in both conditions, in alternating order; with labelling
+    running it arrives a seeded random moment into the labeller's work, so it lands
+    mid-page. The prompt cache is off for these pairs (the second asking of a
+    question would otherwise find its whole prompt cached). Then the two ``fresh``
+    questions, never asked before, cache on: the second reuses only the answer
+    instructions' prefix; and that second question again with the cache off.
+    """
+    import random
+    import statistics
+    import threading
+
+    import ingest
+    import models
+
+    _, retriever = answer_store()
+    llm = models.EmbeddedChatModel.load(model_name)
+    cold = llm.model_copy(update={"reuse_prompt_cache": False})
+    rng = random.Random(seed)
+    stream_answer(cold, retriever, questions[0], first_token_only=True)  # warm the process up
+    with tempfile.TemporaryDirectory() as label_dir:
+        collection = labelling_collection(label_dir)
+        pairs = []
+        for i, question in enumerate(questions):
+            row = {"question": question}
+            for condition in (("idle", "running") if i % 2 == 0 else ("running", "idle")):
+                cancel, labeller = threading.Event(), None
+                if condition == "running":
+                    labeller = threading.Thread(target=ingest.enrich_document, args=(collection, llm), kwargs={"cancel": cancel})
+                    labeller.start()
+                    time.sleep(rng.uniform(2.0, 12.0))
+                row[f"{condition}_first_token_s"] = round(stream_answer(cold, retriever, question, first_token_only=True)["first_token_s"], 2)
+                if labeller:
+                    cancel.set()
+                    with models.QUESTIONS.asking():  # interrupts the page in hand, which then sees cancel
+                        labeller.join()
+            row["ratio"] = round(row["running_first_token_s"] / row["idle_first_token_s"], 2)
+            pairs.append(row)
+            print(f"while labelling: {row}", file=sys.stderr)
+        labelled_pages = collection.metadata.get("enriched_pages", 0)
+    # two questions not asked before, cache on: the second finds only the shared prefix cached;
+    # then the same second question with the cache off, for its cold figure
+    first_new, second_new = fresh
+    stream_answer(llm, retriever, first_new, first_token_only=True)
+    warm = round(stream_answer(llm, retriever, second_new, first_token_only=True)["first_token_s"], 2)
+    second_cold = round(stream_answer(cold, retriever, second_new, first_token_only=True)["first_token_s"], 2)
+    idle = statistics.median(p["idle_first_token_s"] for p in pairs)
+    running = statistics.median(p["running_first_token_s"] for p in pairs)
+    return {
+        "model": model_name,
+        "questions": len(questions),
+        "seed": seed,
+        "pairs": pairs,
+        "pages_labelled_meanwhile": labelled_pages,
+        "median_idle_first_token_s": idle,
+        "median_running_first_token_s": running,
+        "ratio_of_medians": round(running / idle, 2),
+        "median_pair_ratio": statistics.median(p["ratio"] for p in pairs),
+        "second_question_cold_first_token_s": second_cold,
+        "second_question_warm_prefix_first_token_s": warm,
+    }
+
+
+# -----------------------------------------------------------------------------
+# Runtimes side by side: xllamacpp (the app's, a prebuilt wheel) and llama-cpp-python (compiled)
+
+RUNTIMES = ("xllamacpp", "llama-cpp-python")
+RUNTIME_MAX_TOKENS = 32
+
+
+def runtime_prompts(n: int = 2, source_chars: int = config.CHUNK_SIZE) -> list[list]:
+    """``n`` answer prompts as the app builds them: input_data question + its gold page and the
+    four pages after it as the five numbered sources (about 1,100 tokens each at 800 characters)."""
+    import pymupdf
+
+    import qa
+    from retriever import Hit
+
+    questions = json.loads((Path(config.INPUT_DATA_DIR) / "eval_questions.json").read_text())[:n]
+    prompts_ = []
+    with pymupdf.open(Path(config.INPUT_DATA_DIR) / "pdfs" / "R-intro.pdf") as doc:
+        for q in questions:
+            pages = range(q["pages"][0], q["pages"][0] + 5)
+            hits = [Hit(f"p{p}", "bench", "R-intro.pdf", p, 0, source_chars, doc[p - 1].get_text()[:source_chars]) for p in pages]
+            prompts_.append(qa.build_messages(q["question"], hits, []))
+    return prompts_
+
+
+def _cpu_seconds() -> float:
+    """CPU seconds used so far by this process, all threads (llama.cpp's included)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _time_stream(pieces) -> dict:
+    """Wall and CPU seconds to the first piece and after it, text and piece count of one streamed reply.
+
+    CPU seconds are the steadier figure on a shared machine: they do not count the
+    time other processes held the cores (with one thread there is no spin-waiting either).
+    """
+    t0, c0, first, cpu_first, text, count = time.perf_counter(), _cpu_seconds(), None, None, "", 0
+    for piece in pieces:
+        if first is None:
+            first, cpu_first = time.perf_counter(), _cpu_seconds()
+        text, count = text + piece, count + 1
+    end, cpu_end = time.perf_counter(), _cpu_seconds()
+    first, cpu_first = first or end, cpu_first or cpu_end
+    return {"first_s": first - t0, "gen_s": end - first, "first_cpu_s": cpu_first - c0, "gen_cpu_s": cpu_end - cpu_first,
+            "text": text, "pieces": count}
+
+
+class _LlamaCppPython:
+    """llama-cpp-python driven the way models.py drove it before the switch (for comparison only)."""
+
+    def __init__(self, path: Path):
+        from llama_cpp import Llama
+
+        self.llama = Llama(model_path=str(path), n_ctx=config.LLM_N_CTX, n_threads=config.LLM_THREADS,
+                           n_threads_batch=config.LLM_THREADS, n_batch=config.LLM_BATCH, n_ubatch=config.LLM_BATCH,
+                           verbose=False)
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.llama.tokenize(text.encode("utf-8"), add_bos=False))
+
+    def stream(self, messages, max_tokens: int):
+        chat = [{"role": {"system": "system", "human": "user"}[m.type], "content": m.content} for m in messages]
+        for part in self.llama.create_chat_completion(chat, stream=True, temperature=0.0, max_tokens=max_tokens):
+            if part["choices"][0]["delta"].get("content"):
+                yield part["choices"][0]["delta"]["content"]
+
+
+class _XLlamaCpp:
+    """The app's own EmbeddedChatModel (xllamacpp)."""
+
+    def __init__(self, name: str):
+        import models
+
+        self.llm = models.EmbeddedChatModel.load(name).model_copy(update={"temperature": 0.0})
+
+    def count_tokens(self, text: str) -> int:
+        return self.llm.count_tokens(text)
+
+    def stream(self, messages, max_tokens: int):
+        import models
+
+        for chunk in models.with_max_tokens(self.llm, max_tokens).stream(messages):
+            if chunk.content:
+                yield chunk.content
+
+
+def runtime_one(runtime: str, model_name: str, source_chars: int) -> dict:
+    """Load ``model_name`` in ``runtime`` in this process and time what the app needs of it."""
+    from langchain_core.messages import HumanMessage
+
+    import models
+
+    path = models.embedded_gguf_path(model_name)
+    t = time.perf_counter()
+    llm = _XLlamaCpp(model_name) if runtime == "xllamacpp" else _LlamaCppPython(path)
+    row = {"runtime": runtime, "model": model_name, "threads": config.LLM_THREADS, "batch": config.LLM_BATCH,
+           "load_s": time.perf_counter() - t}
+    (prompt,) = runtime_prompts(1, source_chars)
+    prompt_tokens = sum(llm.count_tokens(m.content) + 4 for m in prompt)
+    cold = _time_stream(llm.stream(prompt, RUNTIME_MAX_TOKENS))
+    generated = llm.count_tokens(cold["text"])
+    row.update(
+        prompt_tokens=prompt_tokens,
+        first_token_s=cold["first_s"],
+        prompt_tok_s=prompt_tokens / max(cold["first_s"], 1e-9),
+        generated_tokens=generated,
+        gen_tok_s=(generated - 1) / max(cold["gen_s"], 1e-9),
+        prompt_tok_per_cpu_s=prompt_tokens / max(cold["first_cpu_s"], 1e-9),
+        gen_tok_per_cpu_s=(generated - 1) / max(cold["gen_cpu_s"], 1e-9),
+        pieces_per_token=cold["pieces"] / max(generated, 1),
+    )
+    # cancellation: read five pieces of a long reply, drop it, then time a short request
+    long_reply = llm.stream([HumanMessage("Count from 1 to 300, one number per line.")], 400)
+    for _ in zip(range(5), long_reply):
+        pass
+    t = time.perf_counter()
+    long_reply.close()
+    row["cancel_s"] = time.perf_counter() - t
+    row["first_token_after_cancel_s"] = _time_stream(llm.stream([HumanMessage("Say OK.")], 4))["first_s"]
+    row["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}
+
+
+RUNTIME_METRICS = {  # metric -> True when bigger is better
+    "load_s": False, "first_token_s": False, "prompt_tok_s": True, "gen_tok_s": True,
+    "prompt_tok_per_cpu_s": True, "gen_tok_per_cpu_s": True, "cancel_s": False, "first_token_after_cancel_s": False,
+    "peak_rss_mib": False, "pieces_per_token": True,
+}
+
+
+def compare_runtimes(model_names: list[str], rounds: int, source_chars: int) -> dict:
+    """Interleaved fresh-process runs of both runtimes; medians per runtime and xllamacpp's ratio."""
+    import statistics
+
+    runs = []
+    for r in range(rounds):
+        for name in model_names:
+            order = RUNTIMES if r % 2 == 0 else RUNTIMES[::-1]  # alternate who goes first
+            for runtime in order:
+                cmd = [sys.executable, __file__, "_runtime_one", runtime, name, "--source-chars", str(source_chars)]
+                proc = subprocess.run(cmd, capture_output=True, text=True)
+                if proc.returncode != 0:
+                    raise SystemExit(f"{runtime} {name} failed: {proc.stderr.strip()[-500:]}")
+                runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+                print(f"round {r + 1}: {runtime} {name}: first token {runs[-1]['first_token_s']} s", file=sys.stderr)
+    summary = []
+    for name in model_names:
+        medians = {rt: {m: statistics.median(x[m] for x in runs if x["runtime"] == rt and x["model"] == name)
+                        for m in RUNTIME_METRICS} for rt in RUNTIMES}
+        for metric, bigger_better in RUNTIME_METRICS.items():
+            xl, lcp = medians["xllamacpp"][metric], medians["llama-cpp-python"][metric]
+            # xllamacpp relative to llama-cpp-python: > 1 means xllamacpp is better on this metric
+            ratio = (xl / lcp if bigger_better else lcp / xl) if xl and lcp else None
+            summary.append({"model": name, "metric": metric, "xllamacpp": round(xl, 3),
+                            "llama-cpp-python": round(lcp, 3), "xllamacpp_better_x": ratio and round(ratio, 2)})
+    return {"rounds": rounds, "source_chars": source_chars, "runs": runs, "summary": summary}
 # -----------------------------------------------------------------------------
 # The HTTP API under load
 
@@ -431,7 +688,18 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("answer")
     p.add_argument("--models", nargs="+", default=["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
     p.add_argument("--questions", type=int, default=10, help="how many of input_data's questions to ask")
+    p.add_argument("--while-labelling", action="store_true", help="first token with page labelling idle vs running")
+    p.add_argument("--seed", type=int, default=17, help="when, into the labelling, each question arrives")
     p.add_argument("--json", type=Path)
+    p = sub.add_parser("runtime")
+    p.add_argument("--models", nargs="+", default=["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
+    p.add_argument("--rounds", type=int, default=3, help="interleaved fresh-process runs per runtime and model")
+    p.add_argument("--source-chars", type=int, default=config.CHUNK_SIZE, help="characters per source in the prompt")
+    p.add_argument("--json", type=Path)
+    p = sub.add_parser("_runtime_one")
+    p.add_argument("runtime", choices=RUNTIMES)
+    p.add_argument("model")
+    p.add_argument("--source-chars", type=int, default=config.CHUNK_SIZE)
     p = sub.add_parser("api")
     p.add_argument("--clients", type=int, default=20, help="concurrent /api/search clients")
     p.add_argument("--requests", type=int, default=10, help="searches per client, one after another")
@@ -447,16 +715,36 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--source-store", type=Path, default=config.BASE_DIR / "chroma_store_eval")
     p.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
+    if args.command == "_runtime_one":
+        config.setup_logging(40)
+        print(json.dumps(runtime_one(args.runtime, args.model, args.source_chars)))
+        return 0
     if args.command != "_ingest_one":
         print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
     if args.command == "answer":
         config.setup_logging(40)
         path = Path(config.INPUT_DATA_DIR) / "eval_questions.json"
-        questions = [q["question"] for q in json.loads(path.read_text())][: args.questions]
+        every_question = [q["question"] for q in json.loads(path.read_text())]
+        questions = every_question[: args.questions]
+        if args.while_labelling:
+            fresh = every_question[args.questions : args.questions + 2]
+            rows = [time_answers_while_labelling(name, questions, fresh, args.seed) for name in args.models]
+            print_table([[k for k in rows[0] if k != "pairs"]] + [[v for k, v in r.items() if k != "pairs"] for r in rows])
+            if args.json:
+                args.json.write_text(json.dumps({"answer_while_labelling": rows}, indent=2))
+            return 0
         rows = [time_answers(name, questions) for name in args.models]
         print_table([list(rows[0])] + [list(r.values()) for r in rows])
         if args.json:
             args.json.write_text(json.dumps({"answer": rows}, indent=2))
+        return 0
+    if args.command == "runtime":
+        config.setup_logging(40)
+        result = compare_runtimes(args.models, args.rounds, args.source_chars)
+        print_table([["model", "metric", "xllamacpp", "llama-cpp-python", "xllamacpp better ×"]]
+                    + [list(row.values()) for row in result["summary"]])
+        if args.json:
+            args.json.write_text(json.dumps({"runtime": result}, indent=2))
         return 0
     if args.command == "api":
         config.setup_logging(40)

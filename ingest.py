@@ -89,10 +89,13 @@ from safe_text import fence_text, terminal_text
 
 log = logging.getLogger(__name__)
 
-ProgressCallback = Callable[[int, int, str], None]
+# progress(current, total, message): for an ingest, ``current`` counts pages' worth of work out of
+# ``total`` pages (reading a page is the first half of its share, embedding and storing its
+# passages the second), and ``message`` names the stage; for labelling, pages labelled.
+ProgressCallback = Callable[[float, int, str], None]
 
 
-def _no_progress(current: int, total: int, message: str) -> None:
+def _no_progress(current: float, total: int, message: str) -> None:
     pass
 
 
@@ -483,7 +486,12 @@ def _write_collection(doc, client, embedder, name, meta, progress, t0) -> tuple[
 
 
 def _write_pages(doc, collection, embedder, sha256, doc_name, progress) -> dict:
-    """Extract, chunk, embed and store ``doc`` in page batches so memory stays bounded."""
+    """Extract, chunk, embed and store ``doc`` in page batches so memory stays bounded.
+
+    Progress names each stage as it happens: reading (or OCR) page by page, then
+    for each page batch embedding its passages a slice at a time, storing them, and
+    "Indexed ..." once the batch is in the store.
+    """
     total = doc.page_count
     seconds = {"extract": 0.0, "ocr": 0.0, "chunk": 0.0, "embed": 0.0, "store": 0.0}
     sources, chunks = [], 0
@@ -507,15 +515,26 @@ def _write_pages(doc, collection, embedder, sha256, doc_name, progress) -> dict:
             stage = "ocr" if pages[-1].source == "ocr" else "extract"
             seconds[stage] += time.perf_counter() - t
             sources.append({"text": "T", "ocr": "O", "empty": "E"}[pages[-1].source])
-            progress(number + 1, total, f"Reading page {number + 1} of {total}" + (" (OCR)" if stage == "ocr" else ""))
+            read = "Reading page {} of {} by OCR" if stage == "ocr" else "Reading page {} of {}"
+            progress(first + (number + 1 - first) / 2, total, read.format(number + 1, total))
         t = time.perf_counter()
         records = [r for page in pages for r in chunk_records(page, sha256, doc_name)]
         seconds["chunk"] += time.perf_counter() - t
         if not records:
             continue
-        t = time.perf_counter()
-        vectors = embedder.embed_documents([text for _, text, _ in records])
-        seconds["embed"] += time.perf_counter() - t
+        span = f"pages {first + 1}–{first + len(pages)}"
+        vectors = []
+        for start in range(0, len(records), config.PROGRESS_EMBED_CHUNKS):
+            part = records[start : start + config.PROGRESS_EMBED_CHUNKS]
+            progress(
+                first + len(pages) / 2 * (1 + start / len(records)),
+                total,
+                f"Embedding passages {chunks + start + 1}–{chunks + start + len(part)} ({span})",
+            )
+            t = time.perf_counter()
+            vectors += embedder.embed_documents([text for _, text, _ in part])
+            seconds["embed"] += time.perf_counter() - t
+        progress(first + len(pages), total, f"Storing {len(records)} passages ({span})")
         t = time.perf_counter()
         collection.add(
             ids=[r[0] for r in records],
@@ -525,7 +544,7 @@ def _write_pages(doc, collection, embedder, sha256, doc_name, progress) -> dict:
         )
         seconds["store"] += time.perf_counter() - t
         chunks += len(records)
-        progress(pages[-1].number, total, f"Indexed {chunks} passages from {pages[-1].number} of {total} pages")
+        progress(first + len(pages), total, f"Indexed {chunks} passages from {first + len(pages)} of {total} pages")
     return {"chunks": chunks, "sources": "".join(sources), "stage_seconds": seconds}
 
 
@@ -573,8 +592,19 @@ def page_texts(collection) -> dict[int, str]:
     return pages
 
 
-def _label_page(llm: BaseChatModel, number: int, texts: dict[int, str]) -> tuple[str, list[str]]:
-    """Ask the LLM for one page's title and keywords: one retry, then the fallback."""
+class _LabellingCancelled(Exception):
+    pass
+
+
+def _label_page(
+    llm: BaseChatModel, number: int, texts: dict[int, str], cancel: threading.Event | None = None
+) -> tuple[str, list[str]] | None:
+    """Ask the LLM for one page's title and keywords; None after two unusable replies.
+
+    Each call waits while a question is being asked; a call a question interrupts
+    (YieldedToQuestion) is asked again afterwards and does not count as a try,
+    unless ``cancel`` was set meanwhile (then _LabellingCancelled).
+    """
     user = prompts.ENRICH_USER.format(
         page_number=number,
         page=fence_text(texts[number][: config.ENRICH_PAGE_CHARS]),
@@ -582,14 +612,23 @@ def _label_page(llm: BaseChatModel, number: int, texts: dict[int, str]) -> tuple
         next=fence_text(texts.get(number + 1, "(none)")[: config.ENRICH_NEIGHBOUR_CHARS]),
     )
     messages = [SystemMessage(prompts.ENRICH_SYSTEM), HumanMessage(user)]
-    for attempt in range(2):
-        reply = llm.invoke(messages).content
+    attempts = 0
+    while attempts < 2:
+        models.QUESTIONS.wait_until_none(cancel)
+        if cancel is not None and cancel.is_set():
+            raise _LabellingCancelled
+        try:
+            reply = llm.invoke(messages).content
+        except models.YieldedToQuestion:
+            log.debug("Page %d: labelling paused for a question", number)
+            continue
+        attempts += 1
         parsed = parse_enrichment(reply)
         if parsed:
             return parsed
-        log.debug("Page %d: unparseable enrichment reply (attempt %d): %r", number, attempt + 1, reply[:200])
+        log.debug("Page %d: unparseable enrichment reply (attempt %d): %r", number, attempts, reply[:200])
         messages += [AIMessage(reply), HumanMessage(prompts.ENRICH_RETRY)]
-    return f"Page {number}", []
+    return None
 
 
 def pages_to_enrich(collection) -> list[int]:
@@ -607,25 +646,37 @@ def enrich_document(
 
     Each page is written as soon as it is labelled, so a stop (``cancel`` set,
     Ctrl-C, a crash) loses at most the page in hand and a later call resumes.
+    ``cancel`` is seen between pages, and mid-page when a question interrupts.
+    A page whose two replies were unusable is marked ``label_failed`` (no title,
+    no keywords; its text still counts) and counted in the collection's
+    ``label_failed_pages``; it is not asked again.
     """
     progress = progress or _no_progress
     todo = pages_to_enrich(collection)
     if not todo:
         return 0
-    llm = models.with_max_tokens(llm or models.get_chat_model(), config.ENRICH_MAX_TOKENS)
+    llm = models.for_background_json(llm or models.get_chat_model(), config.ENRICH_MAX_TOKENS, prompts.ENRICH_SCHEMA)
     texts = page_texts(collection)
     total_pages = collection.metadata["pages"]
     done_before = len(texts) - len(todo)
+    failed = collection.metadata.get("label_failed_pages", 0)
     for count, number in enumerate(todo, 1):
-        if cancel is not None and cancel.is_set():
+        try:
+            label = _label_page(llm, number, texts, cancel)
+        except _LabellingCancelled:
             log.info("Enrichment of %s cancelled after %d pages", collection.name, count - 1)
             return count - 1
-        title, keywords = _label_page(llm, number, texts)
+        title, keywords = label or ("", [])
+        failed += label is None
         got = collection.get(where={"page": number}, include=["metadatas"])
-        metas = [{**m, "title": title, "keywords": ", ".join(keywords), "enriched": True} for m in got["metadatas"]]
+        metas = [
+            {**m, "title": title, "keywords": ", ".join(keywords), "enriched": True, "label_failed": label is None}
+            for m in got["metadatas"]
+        ]
         collection.update(ids=got["ids"], metadatas=metas)
-        collection.modify(metadata={**collection.metadata, "enriched_pages": done_before + count})
-        progress(done_before + count, len(texts), f"Labelled page {number} of {total_pages}: {title}")
+        collection.modify(metadata={**collection.metadata, "enriched_pages": done_before + count, "label_failed_pages": failed})
+        message = f"Labelled page {number} of {total_pages}: {title}" if label else f"Page {number} of {total_pages}: no usable label"
+        progress(done_before + count, len(texts), message)
     return len(todo)
 
 
@@ -635,6 +686,8 @@ class EnrichmentProgress:
     total: int = 0
     state: str = "queued"  # queued | labelling | done | failed
     message: str = ""
+    ahead: int = 0  # while queued: documents to be labelled before this one
+    failed_pages: int = 0  # pages whose replies were unusable (see enrich_document)
 
 
 class BackgroundEnricher:
@@ -642,7 +695,8 @@ class BackgroundEnricher:
 
     ``submit()`` queues a collection and returns at once; ``progress()`` can be
     read at any moment (the app polls it to draw progress bars). One thread, not
-    one per document, because they would all wait on the same LLM anyway.
+    one per document, because they would all wait on the same LLM anyway. The
+    labeller pauses whenever a question is being asked (``models.QUESTIONS``).
     """
 
     def __init__(self, client: chromadb.ClientAPI, embedder: Embeddings, llm: Callable[[], BaseChatModel]):
@@ -663,7 +717,12 @@ class BackgroundEnricher:
             self._wake.notify()
 
     def progress(self) -> dict[str, EnrichmentProgress]:
-        return dict(self._progress)
+        """Each submitted document's state; a queued one knows how many go before it."""
+        with self._wake:
+            in_hand = sum(p.state == "labelling" for p in self._progress.values())
+            for position, name in enumerate(self._queue):
+                self._progress[name].ahead = in_hand + position
+            return dict(self._progress)
 
     def _work(self) -> None:
         while True:  # a daemon thread: it ends with the process; stopping mid-document loses one page at most
@@ -671,17 +730,18 @@ class BackgroundEnricher:
                 while not self._queue:
                     self._wake.wait()
                 name = self._queue.pop(0)
+                self._progress[name].state = "labelling"
             self._enrich_one(name, self._progress[name])
 
     def _enrich_one(self, name: str, state: EnrichmentProgress) -> None:
         def report(done: int, total: int, message: str) -> None:
             state.done, state.total, state.message = done, total, message
 
-        state.state = "labelling"
         try:
             collection = open_collection(self._client, name, self._embedder)
             state.total, state.done = collection.metadata["pages"], collection.metadata.get("enriched_pages", 0)
             enrich_document(collection, self._llm(), progress=report)
+            state.failed_pages = collection.metadata.get("label_failed_pages", 0)
             state.state = "done"
         except Exception as err:  # a removed document, a model that went away: report, keep the thread alive
             if _collection_or_none(self._client, name) is None:
@@ -706,10 +766,10 @@ def find_pdfs(paths: list[str]) -> list[Path]:
     return found
 
 
-def _bar(current: int, total: int, message: str) -> None:
+def _bar(current: float, total: int, message: str) -> None:
     width = 30
     filled = int(width * current / max(total, 1))
-    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {current}/{total} {terminal_text(message)[:60]:<60}")
+    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {terminal_text(message)[:70]:<70}")
     sys.stderr.flush()
 
 

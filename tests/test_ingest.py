@@ -75,6 +75,9 @@ def test_text_pdf_becomes_searchable_with_page_anchored_chunks(store, embedder, 
         assert page_text[meta["start"] : meta["end"]] == text
         assert meta["doc_name"] == "facts.pdf" and meta["text_source"] == "text"
     assert calls[-1][0] == calls[-1][1] == 3  # progress reached the end
+    stages = [message.split()[0] for _, _, message in calls]
+    assert stages == ["Reading"] * 3 + ["Embedding", "Storing", "Indexed"]  # each stage shown while it runs
+    assert [c[0] for c in calls] == sorted(c[0] for c in calls)  # the bar never goes back
 
 
 def test_same_bytes_under_another_name_is_a_cache_hit(store, embedder, three_page_pdf, tmp_path):
@@ -326,8 +329,20 @@ def test_enrichment_labels_pages_after_search_works_and_resumes(store, embedder,
     assert ingest.pages_to_enrich(col) == []
     metas = col.get(include=["metadatas"])["metadatas"]
     for meta in metas:
-        assert meta["enriched"] and meta["title"]
-    assert col.metadata["enriched_pages"] == 2
+        assert meta["enriched"] and meta["title"] and not meta["label_failed"]
+    assert col.metadata["enriched_pages"] == 2 and col.metadata["label_failed_pages"] == 0
+
+
+def test_a_page_without_a_usable_label_is_counted_as_failed_not_done(store, embedder, llm, three_page_pdf, monkeypatch):
+    monkeypatch.setattr(config, "ENRICH_MAX_TOKENS", 4)  # far too few for the JSON: every reply is cut off
+    result = ingest.ingest_pdf(three_page_pdf, store, embedder)
+    col = ingest.open_collection(store, result.collection, embedder)
+    messages = []
+    ingest.enrich_document(col, llm, progress=lambda done, total, message: messages.append(message))
+    assert col.metadata["label_failed_pages"] == 3 and col.metadata["enriched_pages"] == 3
+    assert all("no usable label" in m for m in messages)
+    metas = col.get(include=["metadatas"])["metadatas"]
+    assert all(m["label_failed"] and m["title"] == "" for m in metas)  # no made-up "Page N" title in the index
 
 
 # -----------------------------------------------------------------------------
@@ -352,18 +367,24 @@ def test_cli_ingests_a_folder_and_fails_loudly_on_a_bad_file(tmp_path):
     assert len(ingest.list_documents(ingest.get_client(str(tmp_path / "store")))) == 1
 
 
-def test_the_background_enricher_labels_queued_documents_and_survives_a_removed_one(store, embedder, three_page_pdf, llm):
+def test_the_background_enricher_queues_waits_for_questions_and_survives_a_removed_document(store, embedder, three_page_pdf, llm):
     import time
 
     result = ingest.ingest_pdf(three_page_pdf, store, embedder)
     enricher = ingest.BackgroundEnricher(store, embedder, lambda: llm)
-    enricher.submit("pdf_rag_" + "0" * 16)  # removed before its turn came
-    enricher.submit(result.collection)
+    with models.QUESTIONS.asking():  # a question is being answered: labelling must wait for it
+        enricher.submit("pdf_rag_" + "0" * 16)  # removed before its turn came
+        enricher.submit(result.collection)
+        assert enricher.progress()[result.collection].ahead == 1  # a queue, shown as one
+        time.sleep(3)
+        assert enricher.progress()[result.collection].state == "labelling"
+        assert ingest.pages_to_enrich(store.get_collection(result.collection)) == [1, 2, 3]  # paused
     deadline = time.monotonic() + 240
     while enricher.progress().get(result.collection, ingest.EnrichmentProgress()).state != "done" and time.monotonic() < deadline:
         time.sleep(0.5)
     progress = enricher.progress()
     assert "pdf_rag_" + "0" * 16 not in progress
     assert (progress[result.collection].state, progress[result.collection].done) == ("done", 3)
+    assert progress[result.collection].failed_pages == 0
     labelled = store.get_collection(result.collection).get(include=["metadatas"])["metadatas"]
-    assert all(m["enriched"] and m["title"] for m in labelled)
+    assert all(m["enriched"] and m["title"] and not m["label_failed"] for m in labelled)

@@ -1,24 +1,26 @@
-"""The embedded models install from PyPI alone and load with no network;
+"""The embedded models install from PyPI wheels alone (nothing compiles) and load with no network;
 the Ollama route is chosen only when a server speaking Ollama's API has the model."""
 
 from __future__ import annotations
 
+import json
+import threading
+import time
+
 import numpy as np
 import pytest
+from langchain_core.messages import HumanMessage
 
 import config
 import models
 
 
-def test_default_embedded_llm_assembles_verifies_and_opens_in_llama_cpp():
-    from llama_cpp import Llama
-
+def test_default_embedded_llm_assembles_and_verifies_against_its_pins(default_llm):
     path = models.embedded_gguf_path(config.EMBEDDED_LLM)
     spec = config.EMBEDDED_LLMS[config.EMBEDDED_LLM]
     assert path.stat().st_size == spec["size"]
     assert models.read_gguf_metadata(path)["general.architecture"] == spec["architecture"]
-    vocab = Llama(model_path=str(path), vocab_only=True, verbose=False)  # the app's default model really loads
-    assert len(vocab.tokenize(b"Hello world")) >= 2
+    assert default_llm.count_tokens("Hello world") >= 2  # the app's default model really loads
 
 
 def test_a_model_that_does_not_match_its_pinned_hash_is_refused(tmp_path, monkeypatch):
@@ -37,11 +39,43 @@ def test_read_gguf_metadata_rejects_other_files(tmp_path):
 
 
 def test_embedded_llm_streams_an_answer(llm):
-    from langchain_core.messages import HumanMessage
-
     tokens = [c.content for c in models.with_max_tokens(llm, 8).stream([HumanMessage("Say hello.")])]
-    assert len(tokens) >= 1 and "".join(tokens).strip()
+    assert len([t for t in tokens if t]) >= 2 and "".join(tokens).strip()
     assert llm.count_tokens("hello world") >= 2
+
+
+def test_a_stream_left_unread_frees_the_model_for_the_next_call(llm):
+    stream = models.with_max_tokens(llm, 200).stream([HumanMessage("Count from 1 to 100, one number per line.")])
+    next(stream)
+    stream.close()  # like a browser tab closed mid-answer
+    reply = models.with_max_tokens(llm, 4).invoke([HumanMessage("Say yes.")])
+    assert reply.content.strip()
+
+
+def test_stop_words_end_the_reply(llm):
+    reply = models.with_max_tokens(llm, 60).invoke([HumanMessage("Count from 1 to 20, separated by commas.")], stop=["5"])
+    assert "5" not in reply.content and "6" not in reply.content and reply.content.strip()
+
+
+def test_background_json_replies_parse_and_yield_to_a_question(llm):
+    schema = {"type": "object", "properties": {"title": {"type": "string"}}, "required": ["title"]}
+    labeller = models.for_background_json(llm, 300, schema)
+    reply = labeller.invoke([HumanMessage("Give a title for a page about lighthouses.")])
+    assert json.loads(reply.content)["title"]
+
+    def ask_once_the_reply_is_under_way() -> None:
+        while not models._REPLIES:  # the labeller's call has reached llama.cpp
+            time.sleep(0.01)
+        with models.QUESTIONS.asking():
+            time.sleep(1.0)  # the question holds the model long enough for the labeller to notice
+
+    counting = models.for_background_json(llm, 300, {"type": "object", "properties": {"numbers": {"type": "array", "items": {"type": "integer"}}}})
+    stream = counting.stream([HumanMessage("Reply with the numbers from 1 to 150 as JSON.")])
+    thread = threading.Thread(target=ask_once_the_reply_is_under_way)
+    thread.start()
+    with pytest.raises(models.YieldedToQuestion):
+        list(stream)
+    thread.join()
 
 
 def test_embedder_gives_normalised_384_dim_vectors_that_rank_meaning(embedder):
