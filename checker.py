@@ -133,24 +133,43 @@ def months_in(text: str) -> set[str]:
     return {m.lower()[:3] for m in _MONTH.findall(text) if m not in ("may", "march")}
 
 
+# Currencies and units are capitalised without naming anything a passage must repeat ("Rs. 1,907.30").
+_UNIT_WORDS = set("rs inr usd us eur gbp jpy cny rmb chf aud cad sgd hkd mn bn".split())
+
+
 def names_in(text: str) -> set[str]:
     """Words that name something (capitalised, or letters mixed with digits), lower-cased, possessive 's dropped;
     the first word is skipped, being capitalised anyway. names_in("Sales of GPT-4o rose in Berlin's") -> {"gpt-4o", "berlin"}"""
     words = _WORD.findall(text)[1:]
-    return {re.sub(r"['’]s$", "", w.lower()) for w in words
-            if any(c.isupper() for c in w) or (any(c.isdigit() for c in w) and any(c.isalpha() for c in w))}
+    names = {re.sub(r"['’]s$", "", w.lower()) for w in words
+             if any(c.isupper() for c in w) or (any(c.isdigit() for c in w) and any(c.isalpha() for c in w))}
+    return names - _UNIT_WORDS
+
+
+_REFERENCE = re.compile(r"\b(?:pages?|pp?\.|slides?|figures?|fig\.|tables?|sections?|chapters?|appendix|steps?)\s*(\d+)", re.I)
+
+
+def subject_figures(question: str) -> set[str]:
+    """The question's figures that name its subject, not a fact: years ("FY2023"), references
+    ("page 14", "Table 2") and digits inside names ("Q3", "GPT-4o"). Any other number the question
+    names ("error 288") is a fact an answer must find backed like any other.
+
+    subject_figures("What does error 288 on page 89 mean in FY2021 Q3?") -> {"89", "2021", "3"}
+    """
+    inside_names = {n for name in names_in(" " + question) if any(c.isalpha() for c in name) for n in numbers_in(name)}
+    return years_in(question) | set(_REFERENCE.findall(question)) | inside_names
 
 
 def missing_specifics(claim: str, passage: str, question: str = "") -> set[str]:
-    """The numbers, months and names ``claim`` states that neither ``passage`` nor ``question`` contains
-    (the question's subject, such as the company or its name for the period, need not be repeated).
+    """The numbers, months and names ``claim`` states that ``passage`` does not contain, beyond the
+    question's subject (its names, years and page references need not be repeated by the passage).
 
     missing_specifics("In June GPT-4o scored 61.5%", "In June GPT-4 scored 61.5%") -> {"gpt-4o"}
     """
     known = passage + "\n" + question
     known_words = {w.lower() for w in _WORD.findall(known)}
     return (
-        (numbers_in(claim) - numbers_in(known))
+        (numbers_in(claim) - numbers_in(passage) - subject_figures(question))
         | (months_in(claim) - months_in(known))
         | (names_in(claim) - known_words - names_in(known))
     )
@@ -225,7 +244,7 @@ def _label_words(text: str) -> set[str]:
 def misplaced_figures(claim: str, passage: str, question: str = "") -> set[str]:
     """The claim's figures the passage holds only in the wrong place: in no sentence or table cell whose
     words fit the claim's words as well as any other figure's place does (another row), or only beside
-    a year other than the claim's (another column or period). The question's own figures are exempt.
+    a year other than the claim's (another column or period). The question's subject figures are exempt.
 
     misplaced_figures("Net income was 412", "| | 2023 |\n| Operating income | 412 |\n| Net income | 296 |") -> {"412"}
     """
@@ -236,7 +255,7 @@ def misplaced_figures(claim: str, passage: str, question: str = "") -> set[str]:
     figure_units = [(u, w, n) for u, w, n in units if n]
     best_fit = max((len(words & w) for _, w, _ in figure_units), default=0)
     misplaced = set()
-    for figure in numbers_in(claim) - numbers_in(question):
+    for figure in numbers_in(claim) - subject_figures(question):
         if _YEAR.match(figure) and figure in years_in(passage):
             continue  # a year the claim names is context, checked below for each figure beside it
         places = [(u, w, n) for u, w, n in figure_units if figure in n]
@@ -253,10 +272,46 @@ def _squash(text: str) -> str:
     return " ".join(_WORD.findall(text.lower()))
 
 
-def unbacked_detail(claim: str, passage: str, question: str) -> bool:
-    """Does ``claim`` state something word overlap cannot vouch for in ``passage``? Three cases: a
-    number, month or name that neither the passage nor the question holds; a figure the passage holds
-    only in another row, sentence or year (``misplaced_figures``); a quotation not in it word for word."""
+_ISO_DATE = re.compile(r"\b((?:19|20)\d\d)-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])\b")
+_MONTH_NAMES = "January February March April May June July August September October November December".split()
+
+
+def spelled_dates(claim: str, passage: str) -> str:
+    """``claim`` with each ISO date the passage does not hold as such written as a passage writes it,
+    so "2021-02-08" is checked as February, 8 and 2021 (an answer asked to reformat a date).
+
+    spelled_dates("It is dated 2021-02-08.", "Montréal, February 8, 2021") -> "It is dated February 8, 2021."
+    """
+    spell = lambda m: m[0] if m[0] in passage else f"{_MONTH_NAMES[int(m[2]) - 1]} {int(m[3])}, {m[1]}"  # noqa: E731
+    return _ISO_DATE.sub(spell, claim)
+
+
+_LONE_NUMBER = re.compile(r"\W*(?:page\s*)?(\d{1,4})\W*", re.I)
+
+
+def without_page_number(passage: str, page: int) -> str:
+    """``passage`` without a first or last line that is only a printed page number ("16", "- 16 -",
+    "Page 16"; printed numbers run up to 20 behind or ahead of the PDF's own): not a figure the page states.
+
+    without_page_number("16\nPEW RESEARCH CENTER\nMale 53", 17) -> "PEW RESEARCH CENTER\nMale 53"
+    """
+    lines = passage.strip("\n").split("\n")
+    printed = lambda line: (m := _LONE_NUMBER.fullmatch(line.strip())) and abs(int(m.group(1)) - page) <= 20  # noqa: E731
+    if lines and printed(lines[0]):
+        lines = lines[1:]
+    if lines and printed(lines[-1]):
+        lines = lines[:-1]
+    return "\n".join(lines)
+
+
+def unbacked_detail(claim: str, passage: str, question: str, page: int | None = None) -> bool:
+    """Does ``claim`` state something word overlap cannot vouch for in ``passage`` (of PDF page ``page``)?
+    Three cases: a number, month or name that neither the passage nor the question's subject holds (a
+    printed page number is not a figure); a figure the passage holds only in another row, sentence or
+    year (``misplaced_figures``); a quotation not in it word for word."""
+    if page is not None:
+        passage = without_page_number(passage, page)
+    claim = spelled_dates(claim, passage)
     if missing_specifics(claim, passage, question) or misplaced_figures(claim, passage, question):
         return True
     return any(_squash(quote) not in _squash(passage) for quote in _QUOTE.findall(claim))
@@ -273,7 +328,7 @@ def support_scores(sentence: str, sources: list[Hit], sentence_vec, source_vecs,
     subject = (set(tokenize(question)) - set(tokenize(plain.lower()))) | years_in(question)
     scores = []
     for hit, vec in zip(sources, source_vecs):
-        if unbacked_detail(claim, hit.text, question):
+        if unbacked_detail(claim, hit.text, question, hit.page):
             scores.append(0.0)
             continue
         passage_words = set(tokenize(hit.text))

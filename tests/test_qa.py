@@ -277,6 +277,31 @@ def test_the_questions_subject_need_not_be_repeated_by_the_passage(embedder):
     assert checked.supported and checked.citations[0].verified
 
 
+def test_a_number_the_question_names_is_a_fact_to_back_not_its_subject(embedder):
+    """"error 288" in the question does not let "Heater error" from error 188's row pass; a year or a page reference does."""
+    sources = [_hit("Error number | Error description\n188 | Heater error\n189 | Steam boiler: heat-up time error", 89)]
+    question = "What are the error descriptions corresponding to error numbers 288 and 388?"
+    [checked] = checker.verify_answer('The description of error number 288 is "Heater error" [1].', sources, embedder, question)
+    assert checked.supported is False
+    assert checker.subject_figures("What does error 288 on page 89 mean in FY2021 Q3?") == {"89", "2021", "3"}
+
+
+def test_a_printed_page_number_is_not_a_figure_the_page_states(embedder):
+    sources = [_hit("16\nPEW RESEARCH CENTER\nBroadband adoption for older adults\nMale 53\nFemale 43", 17)]
+    question = "What is the percentage gap between men and women 65+ with broadband at home?"
+    [checked] = checker.verify_answer("The gap between men and women 65+ with broadband at home is 16% [1].", sources, embedder, question)
+    assert checked.supported is False
+    assert checker.without_page_number("Male 53\nFemale 43", 17) == "Male 53\nFemale 43"  # 43 is no page number of p.17
+
+
+def test_a_reformatted_date_and_a_currency_are_checked_as_the_passage_writes_them():
+    sources = [_hit("Montréal, February 8, 2021\nINF LLP\nAttorneys for The Toronto-Dominion Bank", 14)]
+    question = "Format the date the attorneys signed on as YYYY-MM-DD."
+    assert not checker.unbacked_detail("The attorneys signed on 2021-02-08.", sources[0].text, question, 14)
+    assert checker.unbacked_detail("The attorneys signed on 2021-03-08.", sources[0].text, question, 14)
+    assert checker.names_in("The dividend paid was Rs. 1,907.30 by ITC") == {"itc"}
+
+
 def test_the_word_for_word_answer_from_a_short_page_is_verified(embedder):
     sources = [_hit("Staff notice. The staff door code is 4711. Please keep it private.", 1)]
     [checked] = checker.verify_answer("The staff door code is 4711 [1].", sources, embedder, "What is the staff door code?")
