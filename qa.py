@@ -223,8 +223,9 @@ def quoted_answer(reply: str, passage: str) -> str | None:
     if not quote or not said or is_refusal(said.group(1)):
         return None
     line = quote.group(1).strip(" \"'“”")
-    if len(_flat(line).split()) < 2 or _flat(line) not in _flat(passage):
-        return None
+    words = _flat(line).split()
+    if len(words) < 2 or not any(w.isalpha() for w in words) or _flat(line) not in _flat(passage):
+        return None  # a bare figure or a lone word proves nothing: the line must say what it is about
     sentence = strip_markers(said.group(1)).strip().rstrip(".")
     return f'{sentence} [1]. The page says: "{line}" [1].'
 

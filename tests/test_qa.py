@@ -388,6 +388,7 @@ def test_quoted_answer_keeps_a_reply_only_when_its_quotation_is_in_the_passage()
     assert qa.quoted_answer("Quote: i, marc silski,  am a special agent\nAnswer: Marc Silski.", passage)  # case, spacing
     assert qa.quoted_answer("Quote: Special Agent John Smith\nAnswer: John Smith signed it.", passage) is None
     assert qa.quoted_answer("Quote: Silski\nAnswer: Marc Silski.", passage) is None  # one word proves nothing
+    assert qa.quoted_answer("Quote: 6, 2018\nAnswer: It is dated 6 2018.", passage) is None  # nor a bare figure
     assert qa.quoted_answer("Special Agent Marc Silski signed it.", passage) is None  # no quotation
     assert qa.quoted_answer("Quote: none", passage) is None  # what the prompt asks for when no line answers
     assert qa.quoted_answer(f"Quote: Special Agent Marc Silski\nAnswer: {prompts.REFUSAL}", passage) is None
