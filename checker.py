@@ -12,15 +12,18 @@
 A number is backed only where the passage says it about the same thing: in the sentence
 or table cell (row label + column header + cell, for Markdown pipe tables) whose words fit
 the claim's best, and beside the claim's year if it names one. The question's subject (the
-company, the document's own name for the period) need not be repeated by the passage.
+company, the document's own name for the period, a page reference) need not be repeated by the
+passage; any other number the question names ("error 288") must be backed like any figure. A
+printed page number is not a figure the page states; an ISO date is checked as the passage words it.
 
 Small local models drop and invent markers, so nothing relies on the model citing
 correctly. Deliberately simple: support is judged by word overlap (or a near-paraphrase
 embedding) plus hard rules for what overlap cannot vouch for (a number, month, name or
 quotation the passage lacks; a figure from another row, sentence or year), not by an
 entailment model (none runs offline here). The rules were written from hand-judged
-citations (input_data/citation_judgments.jsonl) and are measured on a held-out judged
-set (input_data/citation_judgments_heldout.jsonl): ``eval_answers.py --recheck``.
+citations (input_data/citation_judgments.jsonl, citation_judgments_sample60.jsonl) and are
+measured on a judged set drawn after them (input_data/citation_judgments_dev23.jsonl):
+``eval_answers.py --recheck``.
 """
 
 from __future__ import annotations
@@ -272,6 +275,14 @@ def _squash(text: str) -> str:
     return " ".join(_WORD.findall(text.lower()))
 
 
+def said_word_for_word(quote: str, passage: str) -> bool:
+    """Is ``quote`` in ``passage`` word for word (case, spacing, punctuation and line breaks aside)?
+
+    said_word_for_word("i, marc silski,  am", "I, Marc Silski, am a Special Agent") -> True
+    """
+    return _squash(quote) in _squash(passage)
+
+
 _ISO_DATE = re.compile(r"\b((?:19|20)\d\d)-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])\b")
 _MONTH_NAMES = "January February March April May June July August September October November December".split()
 
@@ -314,7 +325,7 @@ def unbacked_detail(claim: str, passage: str, question: str, page: int | None = 
     claim = spelled_dates(claim, passage)
     if missing_specifics(claim, passage, question) or misplaced_figures(claim, passage, question):
         return True
-    return any(_squash(quote) not in _squash(passage) for quote in _QUOTE.findall(claim))
+    return any(not said_word_for_word(quote, passage) for quote in _QUOTE.findall(claim))
 
 
 def support_scores(sentence: str, sources: list[Hit], sentence_vec, source_vecs, question: str = "") -> list[float]:

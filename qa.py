@@ -8,6 +8,8 @@
       -> context.choose_context()  what of those pages the model reads: their best sentences and rows
       -> number the passages [1]..[k] and fit them in the model's context (lowest-ranked dropped first)
       -> stream the LLM's answer   (an AnswerStream: iterate it for tokens, read .result after)
+      -> a bare refusal?           held back; when the best passage is a close match, a second look at
+                                   it alone, kept only if the reply quotes a line really on that page
       -> verify                    parse [n] markers -> (doc, page); check each sentence against the
                                    passage it cites; flag unsupported sentences and numbers that name
                                    no source; attribute unmarked (or wrongly marked) sentences to the
@@ -207,25 +209,24 @@ _QUOTE_LINE = re.compile(r"^\W*quote\W*:\s*(.+?)\s*$", re.I | re.M)
 _ANSWER_LINE = re.compile(r"^\W*answer\W*:\s*(.+?)\s*$", re.I | re.M)
 
 
-def _flat(text: str) -> str:
-    return " ".join(re.sub(r"[^\w%]+", " ", text.lower()).split())
-
-
 def quoted_answer(reply: str, passage: str) -> str | None:
     """The answer of a "Quote: ... / Answer: ..." reply, followed by its quotation, when the quoted line
-    is in ``passage`` word for word (case, spacing and punctuation aside); None for a refusal, a reply of
-    another shape, or a quotation the passage does not hold (the model would be answering from elsewhere).
+    is in ``passage`` word for word (case, spacing and punctuation aside), or the quoted line alone when
+    the reply stops after it; None for a refusal, a reply of another shape, or a quotation the passage
+    does not hold (the model would be answering from elsewhere).
 
     quoted_answer("Quote: Special Agent Marc Silski\nAnswer: Marc Silski signed it.", "...\nSpecial Agent Marc Silski\n...")
       -> 'Marc Silski signed it [1]. The page says: "Special Agent Marc Silski" [1].'
     """
     quote, said = _QUOTE_LINE.search(reply), _ANSWER_LINE.search(reply)
-    if not quote or not said or is_refusal(said.group(1)):
+    if not quote or (said and is_refusal(said.group(1))):
         return None
     line = quote.group(1).strip(" \"'“”")
-    words = _flat(line).split()
-    if len(words) < 2 or not any(w.isalpha() for w in words) or _flat(line) not in _flat(passage):
+    words = re.findall(r"\w+", line)
+    if len(words) < 2 or not any(w.isalpha() for w in words) or not checker.said_word_for_word(line, passage):
         return None  # a bare figure or a lone word proves nothing: the line must say what it is about
+    if not said:  # small models often stop after the quotation: the line itself is the answer
+        return f"{line.rstrip('.')} [1]."
     sentence = strip_markers(said.group(1)).strip().rstrip(".")
     return f'{sentence} [1]. The page says: "{line}" [1].'
 

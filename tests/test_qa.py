@@ -75,7 +75,7 @@ def test_the_answer_judge_ignores_digit_grouping_and_tolerates_one_typo_in_long_
 def test_answer_cites_the_page_that_holds_the_fact(facts, default_llm):
     retriever, _ = facts
     answer = qa.answer_question("How many tonnes of fish were landed in 1911?", retriever, llm=default_llm)
-    assert "3,200" in answer.text
+    assert "3,200" in answer.text, answer.to_json()
     assert not answer.refused and answer.text
     assert answer.sources[0].page == 2
     pages = {c.page for c in answer.citations if c.verified}
@@ -390,6 +390,7 @@ def test_quoted_answer_keeps_a_reply_only_when_its_quotation_is_in_the_passage()
     assert qa.quoted_answer("Quote: Silski\nAnswer: Marc Silski.", passage) is None  # one word proves nothing
     assert qa.quoted_answer("Quote: 6, 2018\nAnswer: It is dated 6 2018.", passage) is None  # nor a bare figure
     assert qa.quoted_answer("Special Agent Marc Silski signed it.", passage) is None  # no quotation
+    assert qa.quoted_answer("Quote: Special Agent Marc Silski", passage) == "Special Agent Marc Silski [1]."  # the line is the answer
     assert qa.quoted_answer("Quote: none", passage) is None  # what the prompt asks for when no line answers
     assert qa.quoted_answer(f"Quote: Special Agent Marc Silski\nAnswer: {prompts.REFUSAL}", passage) is None
 
@@ -427,3 +428,15 @@ def test_a_refusal_without_a_close_passage_stands(facts, ollama_chat, monkeypatc
     retriever, _ = facts
     answer = qa.answer_question("When did the railway reach the town?", retriever, llm=models.get_chat_model())
     assert len(ollama_chat.chats) == 1 and answer.refused and answer.text == prompts.REFUSAL
+
+
+def test_judging_pairs_put_every_checked_sentence_beside_every_passage_shown(embedder):
+    """Recall needs to know which uncited passages back a sentence, so each is written out for judging."""
+    import eval_answers
+
+    row = {"model": "m", "question": "When did the railway reach the town?", "answer": "The railway reached the town in 1889 [1].",
+           "sources": [{"n": 1, "page": 3, "gold_page": True, "text": "The railway reached the town in 1889."},
+                       {"n": 2, "page": 2, "gold_page": False, "text": "Cod and haddock were landed."}]}
+    pairs = eval_answers.judging_pairs([row], embedder)
+    assert [(p["page"], p["cited"], p["verified"], p["gold_page"]) for p in pairs] == [(3, True, True, True), (2, False, False, False)]
+    assert {p["sentence"] for p in pairs} == {checker.strip_markers("The railway reached the town in 1889 [1].")}
