@@ -72,6 +72,21 @@ def test_the_answer_judge_ignores_digit_grouping_and_tolerates_one_typo_in_long_
     assert eval_answers.is_correct({"pages": [], "answer": "Not answerable"}, "The documents do not say.", True)
 
 
+def test_answer_in_context_is_reported_beside_its_ceiling_the_answer_printed_on_the_gold_pages():
+    import eval_answers
+
+    row = lambda on_page, in_context, correct: {  # noqa: E731
+        "answerable": True, "category": "Pure-text (Plain-text)", "answer_on_gold_pages": on_page, "answer_in_context": in_context,
+        "correct": correct, "refused": False, "page_hit": True, "citations": [], "seconds": 1.0}
+    # a computed answer (a gap of two printed figures) is on no page, so it cannot be in the context either
+    assert not eval_answers.answer_in_context({"pages": [7], "answer": "12%"}, ["Male 65+ 39%", "Female 65+ 27%"])
+    summary = eval_answers.summarise([row(True, True, True), row(True, False, False), row(False, False, False)])
+    assert summary["text_table_answer_in_context"] == "1/3 (0.33)"
+    assert summary["text_table_answer_on_gold_pages"] == "2/3 (0.67)"
+    assert summary["text_table_answer_in_context_where_on_page"] == "1/2 (0.50)"
+    assert summary["text_table_correct_where_on_page"] == "1/2 (0.50)"
+
+
 def test_answer_cites_the_page_that_holds_the_fact(facts, default_llm):
     retriever, _ = facts
     answer = qa.answer_question("How many tonnes of fish were landed in 1911?", retriever, llm=default_llm)
