@@ -268,6 +268,75 @@ def misplaced_figures(claim: str, passage: str, question: str = "") -> set[str]:
     return misplaced
 
 
+# -----------------------------------------------------------------------------
+# Which row a lookup answers: the question's key ("EPS Code AR01", "error 88") and the rows around it
+
+_CODE = re.compile(r"^[a-z]{1,5}-?\d{1,4}$")  # "ar01", "q3", "gpt-4", "p-10"; not "2nd", "75k"
+
+
+def question_keys(question: str) -> set[str]:
+    """What the question looks up a row by: codes ("AR01", "Q3") and whole numbers that are neither
+    years nor page or table references ("error numbers 88 and 188"), lower-cased.
+
+    question_keys("What is the market name for EPS Code AR01 on page 9?") -> {"ar01"}
+    """
+    codes = {w for w in names_in(" " + question) if _CODE.match(w)}
+    return codes | {n for n in numbers_in(question) - subject_figures(question) if n.isdigit()}
+
+
+def _shape(token: str) -> str:
+    return re.sub(r"[a-z]", "a", re.sub(r"\d", "9", token))
+
+
+def _is_sibling(token: str, key: str) -> bool:
+    """Another row's key of the same kind: "co01" beside "ar01", "q2" beside "q3" (a one-letter code keeps its letter)."""
+    if token == key:
+        return False
+    if key.isdigit():
+        return token.isdigit()
+    prefix = re.match(r"[a-z]*", key).group(0)
+    return _shape(token) == _shape(key) and (len(prefix) >= 2 or token.startswith(prefix))
+
+
+def row_keys(lines: list[str]) -> list[tuple[int, str]]:
+    """(line index, key) of every line that starts a row: a code anywhere in the line, or a whole
+    number alone on its line (or first in a table row) with a label on the next line (or in the next cell).
+
+    row_keys(["88", "Boiler:", "over-temperature", "Colorado Springs CO01"]) -> [(0, "88"), (3, "co01")]
+    """
+    keys = []
+    for i, line in enumerate(lines):
+        keys += [(i, w) for w in _WORD.findall(line.lower()) if _CODE.match(w)]
+        cells = [c.strip(" \t.:*") for c in line.strip().strip("|").split("|")]
+        label = cells[1] if len(cells) > 1 else (lines[i + 1].strip() if i + 1 < len(lines) else "")
+        if cells[0].isdigit() and label[:1].isalpha():
+            keys.append((i, cells[0]))
+    return keys
+
+
+def beside_another_key(claim: str, passage: str, question: str) -> bool:
+    """Does the claim answer a lookup from another row? True when the passage lists codes like the
+    question's but not the question's own, or when the line holding the claim's words is nearer
+    another row's key than the question's ("Little Rock" beside CO01 when AR01 was asked).
+
+    beside_another_key("It is Boiler: heat-up time error.", "88\nBoiler:\nover-temperature\n89\nBoiler:\nheat-up time error", "What is error 88?") -> True
+    """
+    keys = question_keys(question)
+    lines = passage.split("\n")
+    marks = [(i, k) for i, k in row_keys(lines) if k in keys or any(_is_sibling(k, key) for key in keys)]
+    if not marks:
+        return False
+    if not any(k in keys for _, k in marks):
+        return any(not k.isdigit() for _, k in marks)  # other codes only; a bare number is too common to rule out a page
+    answer_words = _label_words(claim) - set(tokenize(question)) - {"not"}
+    overlaps = [len(answer_words & set(tokenize(line))) for line in lines]
+    if not answer_words or not max(overlaps):
+        return False
+    best = overlaps.index(max(overlaps))
+    nearest = min(abs(i - best) for i, _ in marks)
+    return not any(k in keys for i, k in marks if abs(i - best) == nearest)
+
+
 _QUOTE = re.compile(r"[\"“”]([^\"“”]{20,})[\"“”]")
 
 
@@ -317,13 +386,16 @@ def without_page_number(passage: str, page: int) -> str:
 
 def unbacked_detail(claim: str, passage: str, question: str, page: int | None = None) -> bool:
     """Does ``claim`` state something word overlap cannot vouch for in ``passage`` (of PDF page ``page``)?
-    Three cases: a number, month or name that neither the passage nor the question's subject holds (a
+    Four cases: a number, month or name that neither the passage nor the question's subject holds (a
     printed page number is not a figure); a figure the passage holds only in another row, sentence or
-    year (``misplaced_figures``); a quotation not in it word for word."""
+    year (``misplaced_figures``); the answer to a lookup read from another row than the question's key
+    (``beside_another_key``); a quotation not in it word for word."""
     if page is not None:
         passage = without_page_number(passage, page)
     claim = spelled_dates(claim, passage)
     if missing_specifics(claim, passage, question) or misplaced_figures(claim, passage, question):
+        return True
+    if beside_another_key(claim, passage, question):
         return True
     return any(not said_word_for_word(quote, passage) for quote in _QUOTE.findall(claim))
 

@@ -277,6 +277,30 @@ def test_a_figure_from_another_row_or_year_of_the_cited_table_is_not_supported(e
         "Net sales 2023 3,226.8", "Net sales 2022 2,729.4"]
 
 
+ERROR_LIST = ("Error number\nError description\nAction instructions\n6\nBrewing unit\nlockup current\n"
+              "6 Switch off the coffee machine\n88\nBoiler:\nover-temperature\n6 Call WMF Service\n"
+              "89\nBoiler:\nheat-up time error\n6 If error not remedied call WMF Service")
+MARKETS = "EPS Code\nGeographic Market Name\nColorado Springs and\nSoutheastern Colorado\nCO01\nMetro Denver\nCO02"
+
+
+def test_a_lookup_answered_from_another_row_of_a_cell_per_line_table_is_not_supported(embedder):
+    """The text extractor writes a table one cell per line: the row is found by the question's key
+    ("error 88", "EPS Code AR01") and the keys of the rows around it."""
+    sources = [_hit(ERROR_LIST, 88)]
+    question = "What are the error descriptions corresponding to error number 88?"
+    right, next_row, first_row = checker.verify_answer(
+        "Error 88 is Boiler: over-temperature [1].\nThe description is Boiler: heat-up time error [1].\n"
+        "The description is Brewing unit lockup current [1].", sources, embedder, question)
+    assert right.supported and right.citations[0].verified
+    assert next_row.supported is False and first_row.supported is False
+    [other_code] = checker.verify_answer("The market name for EPS Code AR01 is Metro Denver [1].", [_hit(MARKETS, 9)],
+                                         embedder, "What's the geographic market name for EPS Code AR01?")
+    assert other_code.supported is False
+    [own_code] = checker.verify_answer("The market name for EPS Code CO02 is Metro Denver [1].", [_hit(MARKETS, 9)],
+                                       embedder, "What's the geographic market name for EPS Code CO02?")
+    assert own_code.supported
+
+
 def test_a_figure_in_another_sentence_of_the_cited_page_is_not_supported(embedder):
     sources = [_hit("Wages were 11.4% of net sales. Rent was 6.2% of net sales.", 3)]
     [checked] = checker.verify_answer("Wages were 6.2% of net sales [1].", sources, embedder, "What share of net sales were wages?")
