@@ -334,9 +334,11 @@ def context_report(questions: list[dict], collections: dict[str, str], retriever
 
 
 def load_labels(path: Path) -> dict[str, bool]:
+    """Hand judgments by pair key; a sentence judged to make no claim ("supports": null) is left out."""
     if not path.exists():
         return {}
-    return {pair_key(j): j["supports"] for j in map(json.loads, path.read_text().splitlines()) if j}
+    judgments = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return {pair_key(j): j["supports"] for j in judgments if j.get("supports") is not None}
 
 
 def by_category(rows: list[dict], categories: dict[str, str]) -> dict[str, str]:

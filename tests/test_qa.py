@@ -87,6 +87,16 @@ def test_answer_in_context_is_reported_beside_its_ceiling_the_answer_printed_on_
     assert summary["text_table_correct_where_on_page"] == "1/2 (0.50)"
 
 
+def test_a_sentence_judged_to_make_no_claim_is_left_out_of_the_labels(tmp_path):
+    import eval_answers
+
+    judged = [{"question": "Q?", "sentence": "Mr. O.P. Vaish", "page": 11, "supports": False},
+              {"question": "Q?", "sentence": "The directors are:", "page": 11, "supports": None}]
+    path = tmp_path / "judgments.jsonl"
+    path.write_text("".join(json.dumps(j) + "\n" for j in judged) + "\n")
+    assert eval_answers.load_labels(path) == {eval_answers.pair_key(judged[0]): False}
+
+
 def test_answer_cites_the_page_that_holds_the_fact(facts, default_llm):
     retriever, _ = facts
     answer = qa.answer_question("How many tonnes of fish were landed in 1911?", retriever, llm=default_llm)
