@@ -15,6 +15,8 @@ the claim's best, and beside the claim's year if it names one. The question's su
 company, the document's own name for the period, a page reference) need not be repeated by the
 passage; any other number the question names ("error 288") must be backed like any figure. A
 printed page number is not a figure the page states; an ISO date is checked as the passage words it.
+A lookup ("EPS Code AR01", "error 88") is answered from the row of its key: not from a passage that
+lists only other keys of that kind, nor from the line nearest another row's key.
 
 Small local models drop and invent markers, so nothing relies on the model citing
 correctly. Deliberately simple: support is judged by word overlap (or a near-paraphrase
