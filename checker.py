@@ -388,10 +388,11 @@ def without_page_number(passage: str, page: int) -> str:
 
 def unbacked_detail(claim: str, passage: str, question: str, page: int | None = None) -> bool:
     """Does ``claim`` state something word overlap cannot vouch for in ``passage`` (of PDF page ``page``)?
-    Four cases: a number, month or name that neither the passage nor the question's subject holds (a
+    Five cases: a number, month or name that neither the passage nor the question's subject holds (a
     printed page number is not a figure); a figure the passage holds only in another row, sentence or
     year (``misplaced_figures``); the answer to a lookup read from another row than the question's key
-    (``beside_another_key``); a quotation not in it word for word."""
+    (``beside_another_key``); a denial ("not", "no", "never") of a passage that denies nothing; a
+    quotation not in it word for word."""
     if page is not None:
         passage = without_page_number(passage, page)
     claim = spelled_dates(claim, passage)
@@ -399,6 +400,8 @@ def unbacked_detail(claim: str, passage: str, question: str, page: int | None = 
         return True
     if beside_another_key(claim, passage, question):
         return True
+    if _NEGATION.search(claim) and not _NEGATION.search(passage):
+        return True  # the page's words in a sentence that denies them: overlap cannot vouch for a "not"
     return any(not said_word_for_word(quote, passage) for quote in _QUOTE.findall(claim))
 
 

@@ -311,6 +311,14 @@ def test_a_lookup_answered_from_another_row_of_a_cell_per_line_table_is_not_supp
     assert own_code.supported
 
 
+def test_a_sentence_that_denies_what_the_page_lists_is_not_supported(embedder):
+    sources = [_hit("LinkedIn Metrics\nFollowers\nImpressions\nPost Reach\nPost Types\nVideo Views", 13)]
+    question = "Which metrics are NOT included in LinkedIn Metrics: Post Reach, Post Types, Video Views?"
+    denied, listed = checker.verify_answer("Post Reach, Post Types and Video Views are not included in LinkedIn Metrics [1].\n"
+                                           "LinkedIn Metrics include Post Reach, Post Types and Video Views [1].", sources, embedder, question)
+    assert denied.supported is False and listed.supported
+
+
 def test_a_figure_in_another_sentence_of_the_cited_page_is_not_supported(embedder):
     sources = [_hit("Wages were 11.4% of net sales. Rent was 6.2% of net sales.", 3)]
     [checked] = checker.verify_answer("Wages were 6.2% of net sales [1].", sources, embedder, "What share of net sales were wages?")
