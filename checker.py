@@ -234,6 +234,7 @@ def years_in(text: str) -> set[str]:
 
 
 _NEGATION = re.compile(r"\b(?:not|no|never|without|none)\b|n['’]t\b", re.IGNORECASE)
+_VERDICT = re.compile(r"^\W*(?:yes|no)\b\W*", re.IGNORECASE)  # "No, ..." answers a yes/no question; it denies nothing on the page
 
 
 def _label_words(text: str) -> set[str]:
@@ -391,8 +392,8 @@ def unbacked_detail(claim: str, passage: str, question: str, page: int | None = 
     Five cases: a number, month or name that neither the passage nor the question's subject holds (a
     printed page number is not a figure); a figure the passage holds only in another row, sentence or
     year (``misplaced_figures``); the answer to a lookup read from another row than the question's key
-    (``beside_another_key``); a denial ("not", "no", "never") of a passage that denies nothing; a
-    quotation not in it word for word."""
+    (``beside_another_key``); a denial ("not", "never"; a yes/no answer's leading "No" is its verdict)
+    of a passage that denies nothing; a quotation not in it word for word."""
     if page is not None:
         passage = without_page_number(passage, page)
     claim = spelled_dates(claim, passage)
@@ -400,7 +401,7 @@ def unbacked_detail(claim: str, passage: str, question: str, page: int | None = 
         return True
     if beside_another_key(claim, passage, question):
         return True
-    if _NEGATION.search(claim) and not _NEGATION.search(passage):
+    if _NEGATION.search(_VERDICT.sub("", claim, count=1)) and not _NEGATION.search(passage):
         return True  # the page's words in a sentence that denies them: overlap cannot vouch for a "not"
     return any(not said_word_for_word(quote, passage) for quote in _QUOTE.findall(claim))
 

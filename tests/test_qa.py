@@ -309,6 +309,10 @@ def test_a_lookup_answered_from_another_row_of_a_cell_per_line_table_is_not_supp
     [own_code] = checker.verify_answer("The market name for EPS Code CO02 is Metro Denver [1].", [_hit(MARKETS, 9)],
                                        embedder, "What's the geographic market name for EPS Code CO02?")
     assert own_code.supported
+    table = "| Error number | Error description |\n|---|---|\n| 88 | Boiler: over-temperature |\n| 89 | Boiler: heat-up time error |"
+    row_right, row_next = checker.verify_answer("Error 88 is Boiler: over-temperature [1].\nThe description is Boiler: heat-up time error [1].",
+                                                [_hit(table, 88)], embedder, question)
+    assert row_right.supported and row_next.supported is False  # a Markdown row's key is its first cell
 
 
 def test_a_sentence_that_denies_what_the_page_lists_is_not_supported(embedder):
@@ -317,6 +321,9 @@ def test_a_sentence_that_denies_what_the_page_lists_is_not_supported(embedder):
     denied, listed = checker.verify_answer("Post Reach, Post Types and Video Views are not included in LinkedIn Metrics [1].\n"
                                            "LinkedIn Metrics include Post Reach, Post Types and Video Views [1].", sources, embedder, question)
     assert denied.supported is False and listed.supported
+    door = [_hit("Staff notice. The staff door code is 4712. Please keep it private.", 1)]
+    [verdict] = checker.verify_answer("No, the staff door code is 4712 [1].", door, embedder, "Is the staff door code 4711?")
+    assert verdict.supported  # the "No" of a yes/no answer is its verdict, not a denial of the page
 
 
 def test_a_figure_in_another_sentence_of_the_cited_page_is_not_supported(embedder):
