@@ -50,6 +50,7 @@ from routing import (
     distinctive_words,
     document_profile,
     initials,
+    names_in_question,
     route,
 )
 
@@ -426,7 +427,7 @@ class Retriever:
     def named_documents(self, query: str, scope: list[str] | None) -> dict[str, float]:
         """{collection: routing score} of the in-scope documents the question names (see routing.py)."""
         profiles = {name: self._profiles[name] for name in self._in_scope(scope)}
-        return route(set(keyword_tokens(query)), years_named(query), profiles, self._route_weights)
+        return route(names_in_question(query, STOPWORDS), years_named(query), profiles, self._route_weights)
 
     def profile(self, collection: str) -> DocumentProfile:
         """The document's profile (title, names, years, type) as routing sees it."""

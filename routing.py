@@ -3,7 +3,8 @@
     first pages of a document (text + page labels) + its file name
       -> DocumentProfile: title, name words (capitalised words, file-name words), acronyms,
          years, a document type, how it writes fiscal years
-    question + every in-scope profile
+    question -> names_in_question(): the words it writes as names ("Godfrey" of "GODFREY PHILLIPS INDIA LIMITED")
+    those names + every in-scope profile
       -> route(): {collection: score} for the documents the question names
 
 Across a library of similar documents (ten annual reports), the same statement
@@ -17,6 +18,11 @@ name.
 Deliberately simple: no entity recogniser; a name is a capitalised word or a
 file-name word on the first pages, an acronym is the initials of a run of
 capitalised words ("Pew Research Center" -> "prc", legal suffixes dropped).
+On the question's side only what it writes as a name counts, and of a run of
+capitalised words only the first: "non-executive directors of GODFREY PHILLIPS
+INDIA LIMITED" must not name another company's report because its first pages
+say "Executive", "India" and "Limited". A name's first word is also what people
+shorten it to ("Costco", "Pew").
 """
 
 from __future__ import annotations
@@ -38,6 +44,10 @@ NAME_RUN = re.compile(rf"\b{_NAME_WORD}(?:[ \t]+(?:of[ \t]+|&[ \t]+)?{_NAME_WORD
 _SUFFIXES = "Inc Incorporated Corporation Corp Company Co Ltd LLC plc Group Holdings".split()
 LEGAL_SUFFIX = re.compile(r",?[ \t]+(?:" + "|".join(_SUFFIXES + [s.upper() for s in _SUFFIXES]) + r")\b\.?(?![-\w])")
 _ACRONYM = re.compile(r"\b[A-Z][A-Z0-9&]{1,5}\b")
+# A word written as a name in a question: capitalised or in capitals, possessive dropped.
+_QUESTION_NAME = re.compile(r"\b[A-Z][\w&-]*(?:['’]s\b)?")
+_POSSESSIVE = re.compile(r"['\u2019]s$")
+_SENTENCE_START = re.compile(r"(?:^|[.?!:;]\s+|\n)$")
 _FILE_WORD = re.compile(r"[A-Za-z]{3,}")
 _FY_STYLE = re.compile(r"\bFY\s?'?\d{2,4}\b")
 _FISCAL_STYLE = re.compile(r"\bfiscal\s+(?:year\s+)?(?:19|20)\d\d\b", re.IGNORECASE)
@@ -85,6 +95,26 @@ def initials(text: str) -> list[str]:
     return ["".join(w[0] for w in run.split() if w[0].isupper()).lower() for run in NAME_RUN.findall(LEGAL_SUFFIX.sub("", text))]
 
 
+def names_in_question(question: str, stopwords: frozenset[str] = frozenset()) -> set[str]:
+    """The words a question writes as names, lower-cased: the first word of each run of
+    capitalised words (a sentence's opening stopword is not a name).
+
+    names_in_question("Who are the directors of GODFREY PHILLIPS INDIA LIMITED?", {"who"}) -> {"godfrey"}
+    names_in_question("What did Costco's CFO say about PRC?", {"what"}) -> {"costco", "prc"}
+    """
+    names, previous_end = set(), None
+    for match in _QUESTION_NAME.finditer(question):
+        word = re.sub(r"['’]s$", "", match.group()).lower()
+        opens_sentence = bool(_SENTENCE_START.search(question[: match.start()]))
+        if opens_sentence and word in stopwords:
+            continue
+        continues_run = previous_end is not None and question[previous_end: match.start()] in (" ", "\t")
+        if not continues_run:
+            names.add(word)
+        previous_end = match.end()
+    return names
+
+
 def document_profile(doc_name: str, first_pages: list[str], all_text: str = "") -> DocumentProfile:
     """A profile from the file name and the text (and labels) of the first pages; ``all_text`` gives the year style.
 
@@ -94,7 +124,7 @@ def document_profile(doc_name: str, first_pages: list[str], all_text: str = "") 
     """
     head = "\n".join(page[: config.PROFILE_CHARS] for page in first_pages)
     title = next((line.strip() for line in head.splitlines() if len(line.strip()) > 3), doc_name)
-    names = {w.lower() for w in _CAPITALISED.findall(head) if len(w) > 2}
+    names = {_POSSESSIVE.sub("", w).lower() for w in _CAPITALISED.findall(head) if len(w) > 2}
     names |= {w.lower() for w in _FILE_WORD.findall(doc_name.rsplit(".", 1)[0])}
     years = [year for year, _ in Counter(years_named(head)).most_common()]
     doc_type = next((name for name, pattern in DOC_TYPES if re.search(pattern, head, re.IGNORECASE | re.DOTALL)), "")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from qa import question_for_prompt
 from question import parse_question, statements_named, year_wordings, years_named
-from routing import acronyms_in, distinctive_words, document_profile, route, year_style
+from retriever import STOPWORDS, keyword_tokens
+from routing import acronyms_in, distinctive_words, document_profile, names_in_question, route, year_style
 
 
 def test_instructions_about_the_answer_are_split_from_the_question():
@@ -75,3 +76,18 @@ def test_routing_picks_named_documents_by_distinctive_words_only():
     assert list(route({"cw", "capex"}, [], profiles, weights)) == ["costco"]  # abbreviated
     assert route({"capex", "sales"}, ["2021"], profiles, weights) == {}  # names no document: no preference
     assert route({"costco"}, [], {"costco": profiles["costco"]}, weights) == {}  # one document: nothing to choose
+
+
+def test_a_question_names_a_document_by_the_head_of_a_name_it_writes_not_by_common_words():
+    """A bench question named GODFREY PHILLIPS INDIA LIMITED and was routed to another
+    company's report whose first pages say "India", "Limited" and (for "non-executive") "Executive"."""
+    other = document_profile("report.pdf", ["ITC Limited, India\nReport of the Executive Directors"])
+    profiles = {"other": other, "costco": document_profile("COSTCO_2021_10K.pdf", filing("Costco Wholesale Corporation", "2021"))}
+    weights = distinctive_words(profiles)
+    question = "Who are the non-executive and independent directors of GODFREY PHILLIPS INDIA LIMITED?"
+    assert names_in_question(question, STOPWORDS) == {"godfrey"}
+    assert route(names_in_question(question, STOPWORDS), [], profiles, weights) == {}
+    assert list(route(set(keyword_tokens(question)), [], profiles, weights)) == ["other"]  # every word of it would
+    asked = "What were Costco's capital expenditures? Costco Wholesale, and ITC too."
+    assert names_in_question(asked, STOPWORDS) == {"costco", "itc"}  # an opening stopword is no name; "Costco" opens a name
+    assert set(route(names_in_question(asked, STOPWORDS), [], profiles, weights)) == {"costco", "other"}
