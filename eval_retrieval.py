@@ -58,7 +58,7 @@ from routing import LEGAL_SUFFIX, NAME_RUN
 log = logging.getLogger(__name__)
 
 # name -> Retriever.search options; "hybrid" is the configuration the app uses (every setting from config.py)
-BEFORE_ISSUE_18 = {"question_parsing": False, "fusion": "rrf", "routing": False, "statement_hints": False}
+BEFORE_ISSUE_18 = {"question_parsing": False, "fusion": "rrf", "routing": False, "statement_hints": False, "acronyms": False}
 ABLATIONS = {
     "semantic": {"mode": "semantic", "page_refs": False, "statement_hints": False},
     "bm25": {"mode": "bm25", "page_refs": False, "statement_hints": False},
@@ -68,6 +68,7 @@ ABLATIONS = {
     "hybrid-main": {"mode": "hybrid", "page_refs": True, "keyword_seat": True, **BEFORE_ISSUE_18},  # before issue 18
     "hybrid-no-parsing": {"mode": "hybrid", "question_parsing": False},
     "hybrid-no-routing": {"mode": "hybrid", "routing": False},
+    "hybrid-no-acronyms": {"mode": "hybrid", "acronyms": False},
     "hybrid": {"mode": "hybrid"},
 }
 PERTURB_ABLATIONS = ("semantic", "bm25", "hybrid-main", "hybrid")

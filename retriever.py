@@ -49,8 +49,11 @@ from routing import (
     DocumentProfile,
     distinctive_words,
     document_profile,
+    acronym_expansions,
+    expand_acronyms,
     initials,
     names_in_question,
+    names_with_initials,
     route,
 )
 
@@ -289,9 +292,12 @@ class Retriever:
             meta = got["metadatas"][rows[0]]
             page_texts[page] = " ".join([meta.get("title", "")] + [got["documents"][r] for r in rows])
             page_tokens[page] = keyword_tokens(" ".join([meta.get("title", ""), meta.get("keywords", "")] + [got["documents"][r] for r in rows]))
+        text = " ".join(page_texts.values())
         first_pages = [page_texts[page] for page in sorted(page_texts)[: config.PROFILE_PAGES]]
         return {
-            "profile": document_profile(col.metadata.get("doc_name", name), first_pages, " ".join(page_texts.values())),
+            "profile": document_profile(col.metadata.get("doc_name", name), first_pages, text),
+            "names": Counter(names_with_initials(text)),
+            "written": set(_WORD.findall(text.lower())),
             "statement_pages": {page: statements_headed(text) for page, text in page_texts.items() if statements_headed(text)},
             "collection": col,
             "ids": got["ids"],
@@ -341,6 +347,11 @@ class Retriever:
             self._bm25 = SparseBM25([tokens for _, tokens in page_tokens])
             self._profiles = {name: part["profile"] for (name, _), part in self._loaded.items()}
             self._route_weights = distinctive_words(self._profiles)
+            written = set().union(*(part["written"] for part in self._loaded.values()))
+            names: Counter = Counter()
+            for part in self._loaded.values():
+                names.update(part["names"])
+            self._expansions = acronym_expansions(names, written)  # "TWS" -> "Tomorrow's Workplace Skills"
             self._statement_pages = {
                 (name, page): heads for (name, _), part in self._loaded.items() for page, heads in part["statement_pages"].items()
             }
@@ -429,6 +440,11 @@ class Retriever:
         profiles = {name: self._profiles[name] for name in self._in_scope(scope)}
         return route(names_in_question(query, STOPWORDS), years_named(query), profiles, self._route_weights)
 
+    def spelled_out(self, query: str) -> str:
+        """``query`` with each acronym that no page writes followed by the name it abbreviates on some page (routing.py)."""
+        self._refresh_if_stale()
+        return expand_acronyms(query, self._expansions)
+
     def profile(self, collection: str) -> DocumentProfile:
         """The document's profile (title, names, years, type) as routing sees it."""
         self._refresh_if_stale()
@@ -448,6 +464,7 @@ class Retriever:
         fusion: str | None = None,
         routing: bool | None = None,
         statement_hints: bool | None = None,
+        acronyms: bool | None = None,
     ) -> list[Hit]:
         """The ``k`` best pages for ``question``, each as its best passage, with traces.
 
@@ -462,16 +479,19 @@ class Retriever:
         page; "margin" weighs each leg by how far its winner leads; "score" adds each
         leg's normalised scores (see ``fuse``). ``keyword_seat`` (KEYWORD_SEAT) keeps the keyword leg's best page in
         the results even when fusion ranks it below k. ``routing`` (ROUTING) multiplies
-        the fused score of pages of documents the question names (routing.py).
+        the fused score of pages of documents the question names (routing.py). ``acronyms``
+        (ACRONYMS) follows each acronym the library never writes with the name whose initials
+        it is, so "TWS" also searches "Tomorrow's Workplace Skills".
         """
         k = k or config.TOP_K
         options = {"page_refs": page_refs, "keyword_seat": keyword_seat, "question_parsing": question_parsing,
-                   "fusion": fusion, "routing": routing, "statement_hints": statement_hints}
-        page_refs, keyword_seat, question_parsing, fusion, routing, statement_hints = (
+                   "fusion": fusion, "routing": routing, "statement_hints": statement_hints, "acronyms": acronyms}
+        page_refs, keyword_seat, question_parsing, fusion, routing, statement_hints, acronyms = (
             getattr(config, name.upper()) if value is None else value for name, value in options.items())  # None: the setting
         parsed = parse_question(question) if question_parsing else None
         query = parsed.query if parsed else question
         with self._lock:  # browser tabs share one retriever
+            query = self.spelled_out(query) if acronyms else query
             semantic = self.semantic(query, scope) if mode != "bm25" or page_refs or statement_hints else []
             keyword = self.keyword(query, scope) if mode != "semantic" else []
             named = self.named_pages(query, scope, semantic) if page_refs else []

@@ -44,8 +44,8 @@ NAME_RUN = re.compile(rf"\b{_NAME_WORD}(?:[ \t]+(?:of[ \t]+|&[ \t]+)?{_NAME_WORD
 _SUFFIXES = "Inc Incorporated Corporation Corp Company Co Ltd LLC plc Group Holdings".split()
 LEGAL_SUFFIX = re.compile(r",?[ \t]+(?:" + "|".join(_SUFFIXES + [s.upper() for s in _SUFFIXES]) + r")\b\.?(?![-\w])")
 _ACRONYM = re.compile(r"\b[A-Z][A-Z0-9&]{1,5}\b")
-# A word written as a name in a question: capitalised or in capitals, possessive dropped.
-_QUESTION_NAME = re.compile(r"\b[A-Z][\w&-]*(?:['’]s\b)?")
+# A word written as a name in a question: capitalised or in capitals (not a month), possessive dropped.
+_QUESTION_NAME = re.compile(rf"\b(?!(?:{_MONTHS})\b)[A-Z][\w&-]*(?:['’]s\b)?")
 _POSSESSIVE = re.compile(r"['\u2019]s$")
 _SENTENCE_START = re.compile(r"(?:^|[.?!:;]\s+|\n)$")
 _FILE_WORD = re.compile(r"[A-Za-z]{3,}")
@@ -92,27 +92,70 @@ def acronyms_in(text: str) -> set[str]:
 
 def initials(text: str) -> list[str]:
     """The initials of each name in ``text``, legal suffixes dropped: initials("Pew Research Center's data") -> ["prc"]"""
-    return ["".join(w[0] for w in run.split() if w[0].isupper()).lower() for run in NAME_RUN.findall(LEGAL_SUFFIX.sub("", text))]
+    return [letters for letters, _ in names_with_initials(text)]
+
+
+def names_with_initials(text: str) -> list[tuple[str, str]]:
+    """(initials, name) for each name in ``text``: names_with_initials("Pew Research Center's data") -> [("prc", "Pew Research Center's")]"""
+    return [("".join(w[0] for w in run.split() if w[0].isupper()).lower(), run) for run in NAME_RUN.findall(LEGAL_SUFFIX.sub("", text))]
+
+
+def acronym_expansions(names: Counter, written: set[str]) -> dict[str, str]:
+    """{initials: the name most often behind them} from a Counter of (initials, name), for
+    initials that are never written as a word themselves (those mean what the pages use them for).
+
+    acronym_expansions(Counter({("tws", "Tomorrow's Workplace Skills"): 3, ("it", "Information Technology"): 1}), {"it"})
+      -> {"tws": "Tomorrow's Workplace Skills"}
+    """
+    best: dict[str, tuple[int, str]] = {}
+    for (letters, name), count in names.items():
+        if letters not in written and count > best.get(letters, (0, ""))[0]:
+            best[letters] = (count, name)
+    return {letters: name for letters, (_, name) in best.items()}
+
+
+def expand_acronyms(question: str, expansions: dict[str, str]) -> str:
+    """Each acronym of the question that the pages never write, followed by the name it abbreviates.
+
+    expand_acronyms("How to prepare for TWS?", {"tws": "Tomorrow's Workplace Skills"})
+      -> "How to prepare for TWS (Tomorrow's Workplace Skills)?"
+    """
+    def expand(match: re.Match) -> str:
+        name = expansions.get(match.group().lower())
+        return f"{match.group()} ({name})" if name and name.lower() not in question.lower() else match.group()
+
+    return _ACRONYM.sub(expand, question)
 
 
 def names_in_question(question: str, stopwords: frozenset[str] = frozenset()) -> set[str]:
     """The words a question writes as names, lower-cased: the first word of each run of
-    capitalised words (a sentence's opening stopword is not a name).
+    capitalised words. A sentence's first word is capitalised anyway: it opens a name only
+    when it is written in capitals or a run goes on after it, and never when it is a stopword.
 
     names_in_question("Who are the directors of GODFREY PHILLIPS INDIA LIMITED?", {"who"}) -> {"godfrey"}
-    names_in_question("What did Costco's CFO say about PRC?", {"what"}) -> {"costco", "prc"}
+    names_in_question("What did Costco's CFO say about PRC? Please answer.", {"what"}) -> {"costco", "prc"}
     """
-    names, previous_end = set(), None
-    for match in _QUESTION_NAME.finditer(question):
-        word = re.sub(r"['’]s$", "", match.group()).lower()
-        opens_sentence = bool(_SENTENCE_START.search(question[: match.start()]))
-        if opens_sentence and word in stopwords:
-            continue
-        continues_run = previous_end is not None and question[previous_end: match.start()] in (" ", "\t")
-        if not continues_run:
-            names.add(word)
-        previous_end = match.end()
+    names = set()
+    for run in _capitalised_runs(question):
+        (first, opens_sentence), rest = run[0], run[1:]
+        if opens_sentence and (first.lower() in stopwords or not (rest or first.isupper())):
+            run = rest
+        if run:
+            names.add(_POSSESSIVE.sub("", run[0][0]).lower())
     return names
+
+
+def _capitalised_runs(text: str) -> list[list[tuple[str, bool]]]:
+    """Runs of capitalised words next to each other, each word with whether it opens a sentence."""
+    runs, previous_end = [], None
+    for match in _QUESTION_NAME.finditer(text):
+        word = (match.group(), bool(_SENTENCE_START.search(text[: match.start()])))
+        if previous_end is not None and text[previous_end: match.start()] in (" ", "\t"):
+            runs[-1].append(word)
+        else:
+            runs.append([word])
+        previous_end = match.end()
+    return runs
 
 
 def document_profile(doc_name: str, first_pages: list[str], all_text: str = "") -> DocumentProfile:

@@ -332,6 +332,20 @@ def test_routing_favours_the_document_the_question_names_and_never_drops_the_oth
     assert retriever.profile(filings["birch"]).doc_type == "annual report"
 
 
+def test_an_acronym_no_page_writes_is_searched_as_the_name_it_abbreviates(store, embedder, tmp_path):
+    pdf = write_text_pdf(tmp_path / "plan.pdf", [
+        "Tomorrow's Workplace Skills are practised in the third quarter through mentoring and job shadowing.",
+        "How staff prepare for the yearly audit: they read the checklist and tidy their desks.",
+        "Our IT desk answers calls about Information Technology on weekdays.",
+    ])
+    ingest.ingest_pdf(pdf, store, embedder)
+    retriever = Retriever(store, embedder)
+    assert retriever.spelled_out("How do staff prepare for TWS?") == "How do staff prepare for TWS (Tomorrow's Workplace Skills)?"
+    assert retriever.spelled_out("Who runs IT?") == "Who runs IT?"  # the pages write "IT": it means what they use it for
+    assert [h.page for h in retriever.search("How do staff prepare for TWS?", k=1, mode="semantic")] == [1]
+    assert [h.page for h in retriever.search("How do staff prepare for TWS?", k=1, mode="semantic", acronyms=False)] != [1]
+
+
 def test_a_year_is_searched_as_the_document_writes_it(store, embedder, tmp_path):
     pdf = write_text_pdf(tmp_path / "fiscal.pdf", [
         "In fiscal 2019 the cooperative opened two new dairies.",
