@@ -11,7 +11,9 @@
 
 A number is backed only where the passage says it about the same thing: in the sentence
 or table cell (row label + column header + cell, for Markdown pipe tables) whose words fit
-the claim's best, and beside the claim's year if it names one. The question's subject (the
+the claim's best, and beside the claim's year if it names one; in a table written one cell per
+line (the text extractor's way) a figure belongs to the label line above its run of values, and
+is not backed when another row's label fits the claim better. The question's subject (the
 company, the document's own name for the period, a page reference) need not be repeated by the
 passage; any other number the question names ("error 288") must be backed like any figure. A
 printed page number is not a figure the page states; an ISO date is checked as the passage words it.
@@ -271,6 +273,53 @@ def misplaced_figures(claim: str, passage: str, question: str = "") -> set[str]:
     return misplaced
 
 
+_VALUE_LINE = re.compile(r"^[\s$€£¥%()\-–—.,*\d\xa0]+$")  # a cell: "$", "59,268", "(310)", "15.6%", "—"
+
+
+def labelled_values(lines: list[str]) -> list[tuple[set[str], set[str]]]:
+    """(label words, figures) of each line followed by a run of value-only lines: the rows of a table
+    the text extractor writes one cell per line, label first ("Total liabilities" / "$" / "41,190").
+
+    labelled_values(["Total liabilities", "41,190", "Total equity", "$", "18,078"])
+      -> [({"total", "liabilities"}, {"41190"}), ({"total", "equity"}, {"18078"})]
+    """
+    rows = []
+    for i, line in enumerate(lines):
+        if _VALUE_LINE.match(line) or not line.strip():
+            continue
+        run = []
+        for value in lines[i + 1:]:
+            if not _VALUE_LINE.match(value):
+                break
+            run.append(value)
+        figures = set().union(*map(numbers_in, run)) if run else set()
+        label = _label_words(line) - {"not"}
+        if figures and label:
+            rows.append((label, figures))
+    return rows
+
+
+def under_another_label(claim: str, passage: str, question: str = "") -> bool:
+    """Does the claim give a figure from the wrong row of a cell-per-line table? True when one of its
+    figures stands only under row labels that fit the claim (and question) less well than another row's
+    label does: "total liabilities were $59,268" read off "Total liabilities and equity" while the
+    passage also has a "Total liabilities" row. A figure also written in prose is left to the other rules.
+
+    under_another_label("Total liabilities were 59,268.", "Total liabilities\n41,190\nTotal liabilities and equity\n59,268") -> True
+    """
+    lines = passage.split("\n")
+    rows = labelled_values(lines)
+    words = _label_words(claim) | _label_words(question)
+    fit = lambda label: len(label & words) / len(label)  # noqa: E731  (the share of the row's label the claim says)
+    in_prose = set().union(*(numbers_in(line) for line in lines if not _VALUE_LINE.match(line)))
+    for figure in numbers_in(claim) - subject_figures(question) - in_prose:
+        own = [fit(label) for label, figures in rows if figure in figures]
+        others = [fit(label) for label, figures in rows if figure not in figures]
+        if own and others and max(others) >= 0.5 and max(others) > max(own):
+            return True
+    return False
+
+
 # -----------------------------------------------------------------------------
 # Which row a lookup answers: the question's key ("EPS Code AR01", "error 88") and the rows around it
 
@@ -391,7 +440,8 @@ def unbacked_detail(claim: str, passage: str, question: str, page: int | None = 
     """Does ``claim`` state something word overlap cannot vouch for in ``passage`` (of PDF page ``page``)?
     Five cases: a number, month or name that neither the passage nor the question's subject holds (a
     printed page number is not a figure); a figure the passage holds only in another row, sentence or
-    year (``misplaced_figures``); the answer to a lookup read from another row than the question's key
+    year (``misplaced_figures``), or under a worse-fitting row label of a cell-per-line table
+    (``under_another_label``); the answer to a lookup read from another row than the question's key
     (``beside_another_key``); a denial ("not", "never"; a yes/no answer's leading "No" is its verdict)
     of a passage that denies nothing; a quotation not in it word for word."""
     if page is not None:
@@ -399,7 +449,7 @@ def unbacked_detail(claim: str, passage: str, question: str, page: int | None = 
     claim = spelled_dates(claim, passage)
     if missing_specifics(claim, passage, question) or misplaced_figures(claim, passage, question):
         return True
-    if beside_another_key(claim, passage, question):
+    if under_another_label(claim, passage, question) or beside_another_key(claim, passage, question):
         return True
     if _NEGATION.search(_VERDICT.sub("", claim, count=1)) and not _NEGATION.search(passage):
         return True  # the page's words in a sentence that denies them: overlap cannot vouch for a "not"

@@ -315,6 +315,25 @@ def test_a_lookup_answered_from_another_row_of_a_cell_per_line_table_is_not_supp
     assert row_right.supported and row_next.supported is False  # a Markdown row's key is its first cell
 
 
+BALANCE_SHEET = ("CONSOLIDATED BALANCE SHEETS\n(amounts in millions)\nAugust 29,\n2021\nAugust 30,\n2020\n"
+                 "Total current liabilities\n$\n29,441\n$\n24,844\nTotal liabilities\n41,190\n36,851\n"
+                 "TOTAL EQUITY\n18,078\n18,705\nTOTAL LIABILITIES AND EQUITY\n$\n59,268\n$\n55,556")
+
+
+def test_a_figure_under_another_row_label_of_a_cell_per_line_table_is_not_supported(embedder):
+    """The text extractor writes a table one cell per line, label first: a figure belongs to the label above it."""
+    sources = [_hit(BALANCE_SHEET, 38)]
+    question = "What were Costco's total liabilities in FY2021?"
+    wrong_row, right_row, own_label = checker.verify_answer(
+        "Total liabilities were $59,268 million in 2021 [1]. Total liabilities were $41,190 million in 2021 [1]. "
+        "Total liabilities and equity were $59,268 million in 2021 [1].", sources, embedder, question)
+    assert wrong_row.supported is False
+    assert right_row.supported and right_row.citations[0].verified
+    assert own_label.supported and own_label.citations[0].verified
+    assert checker.under_another_label("Total liabilities were 59,268.", BALANCE_SHEET)
+    assert not checker.under_another_label("Total liabilities were 59,268.", BALANCE_SHEET.replace("Total liabilities\n", "Other\n"))
+
+
 def test_a_sentence_that_denies_what_the_page_lists_is_not_supported(embedder):
     sources = [_hit("LinkedIn Metrics\nFollowers\nImpressions\nPost Reach\nPost Types\nVideo Views", 13)]
     question = "Which metrics are NOT included in LinkedIn Metrics: Post Reach, Post Types, Video Views?"
