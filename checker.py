@@ -26,8 +26,8 @@ embedding) plus hard rules for what overlap cannot vouch for (a number, month, n
 quotation the passage lacks; a figure from another row, sentence or year), not by an
 entailment model (none runs offline here). The rules were written from hand-judged
 citations (input_data/citation_judgments.jsonl, citation_judgments_sample60.jsonl, and the lookup
-rule from citation_judgments_dev23.jsonl) and are measured on a judged set drawn after them
-(input_data/citation_judgments_dev41.jsonl): ``eval_answers.py --recheck``.
+rule from citation_judgments_dev23.jsonl) and are measured on judged sets drawn after them
+(input_data/citation_judgments_dev41/dev59/dev97.jsonl): ``eval_answers.py --recheck``.
 """
 
 from __future__ import annotations
