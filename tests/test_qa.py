@@ -8,10 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pymupdf
 import pytest
 
 import checker
 import config
+import extract
 import ingest
 import models
 import prompts
@@ -315,23 +317,32 @@ def test_a_lookup_answered_from_another_row_of_a_cell_per_line_table_is_not_supp
     assert row_right.supported and row_next.supported is False  # a Markdown row's key is its first cell
 
 
-BALANCE_SHEET = ("CONSOLIDATED BALANCE SHEETS\n(amounts in millions)\nAugust 29,\n2021\nAugust 30,\n2020\n"
-                 "Total current liabilities\n$\n29,441\n$\n24,844\nTotal liabilities\n41,190\n36,851\n"
-                 "TOTAL EQUITY\n18,078\n18,705\nTOTAL LIABILITIES AND EQUITY\n$\n59,268\n$\n55,556")
+def balance_sheet_text() -> str:
+    """A balance sheet laid out in columns on a real PDF page, read back by the default text extractor,
+    which writes it one cell per line: "Total liabilities" / "41,190" / "36,851" / ..."""
+    page = pymupdf.open().new_page()
+    page.insert_text((72, 80), "CONSOLIDATED BALANCE SHEETS (amounts in millions)")
+    rows = [("Total current liabilities", "$ 29,441", "$ 24,844"), ("Total liabilities", "41,190", "36,851"),
+            ("TOTAL EQUITY", "18,078", "18,705"), ("TOTAL LIABILITIES AND EQUITY", "$ 59,268", "$ 55,556")]
+    for y, (label, this_year, last_year) in enumerate(rows):
+        for x, cell in ((72, label), (350, this_year), (450, last_year)):
+            page.insert_text((x, 100 + 16 * y), cell)
+    return extract.read_page(page).text
 
 
 def test_a_figure_under_another_row_label_of_a_cell_per_line_table_is_not_supported(embedder):
     """The text extractor writes a table one cell per line, label first: a figure belongs to the label above it."""
-    sources = [_hit(BALANCE_SHEET, 38)]
+    text = balance_sheet_text()
+    assert "Total liabilities\n41,190\n" in text  # one cell per line, as the check assumes
     question = "What were Costco's total liabilities in FY2021?"
     wrong_row, right_row, own_label = checker.verify_answer(
         "Total liabilities were $59,268 million in 2021 [1]. Total liabilities were $41,190 million in 2021 [1]. "
-        "Total liabilities and equity were $59,268 million in 2021 [1].", sources, embedder, question)
+        "Total liabilities and equity were $59,268 million in 2021 [1].", [_hit(text, 38)], embedder, question)
     assert wrong_row.supported is False
     assert right_row.supported and right_row.citations[0].verified
     assert own_label.supported and own_label.citations[0].verified
-    assert checker.under_another_label("Total liabilities were 59,268.", BALANCE_SHEET)
-    assert not checker.under_another_label("Total liabilities were 59,268.", BALANCE_SHEET.replace("Total liabilities\n", "Other\n"))
+    assert checker.under_another_label("Total liabilities were 59,268.", text)
+    assert not checker.under_another_label("Total liabilities were 59,268.", text.replace("Total liabilities\n", "Other\n"))
 
 
 def test_a_sentence_that_denies_what_the_page_lists_is_not_supported(embedder):
