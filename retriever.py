@@ -50,6 +50,7 @@ from routing import (
     distinctive_words,
     document_profile,
     acronym_expansions,
+    acronyms_written,
     expand_acronyms,
     initials,
     names_in_question,
@@ -85,11 +86,18 @@ def tokenize(text: str) -> list[str]:
 
 
 def keyword_tokens(text: str) -> list[str]:
-    """What the keyword index and its queries are made of: ``tokenize`` plus each name's initials.
+    """What the keyword index and its queries are made of: ``tokenize`` plus an acronym token
+    ("^pss") for each name's initials and each word written in capitals.
 
-    keyword_tokens("Prosecution Services Staff") -> ["prosecution", "services", "staff", "pss"]   (so "PSS" matches it)
+    keyword_tokens("Prosecution Services Staff") -> ["prosecution", "services", "staff", "^pss"]   (so "PSS" matches it)
+
+    Acronyms get their own tokens because capitals mean something words do not: "MID" in a
+    question is "Mobile Internet Demographics", not the "mid" of "mid-2014", and "TO" (Telecom
+    Operators) must survive the stopword "to".
     """
-    return tokenize(text) + (initials(text) if config.NAME_INITIALS else [])
+    if not config.NAME_INITIALS:
+        return tokenize(text)
+    return tokenize(text) + [f"^{letters}" for letters in initials(text) + sorted(acronyms_written(text))]
 
 
 _ORDINALS = {w: i for i, w in enumerate(
@@ -297,7 +305,7 @@ class Retriever:
         return {
             "profile": document_profile(col.metadata.get("doc_name", name), first_pages, text),
             "names": Counter(names_with_initials(text)),
-            "written": set(_WORD.findall(text.lower())),
+            "written": acronyms_written(text),
             "statement_pages": {page: statements_headed(text) for page, text in page_texts.items() if statements_headed(text)},
             "collection": col,
             "ids": got["ids"],

@@ -87,7 +87,7 @@ def acronyms_in(text: str) -> set[str]:
 
     acronyms_in("Pew Research Center and NIKE, Inc. (the SEC)") -> {"prc", "sec", "nike"}
     """
-    return {m.lower() for m in _ACRONYM.findall(text)} | set(initials(text))
+    return acronyms_written(text) | set(initials(text))
 
 
 def initials(text: str) -> list[str]:
@@ -96,13 +96,31 @@ def initials(text: str) -> list[str]:
 
 
 def names_with_initials(text: str) -> list[tuple[str, str]]:
-    """(initials, name) for each name in ``text``: names_with_initials("Pew Research Center's data") -> [("prc", "Pew Research Center's")]"""
-    return [("".join(w[0] for w in run.split() if w[0].isupper()).lower(), run) for run in NAME_RUN.findall(LEGAL_SUFFIX.sub("", text))]
+    """(initials, name) for each name in ``text``, with and without its legal suffix: people say
+    "Costco" of "Costco Wholesale Corporation" but "TIC" of "Travelers Insurance Company".
+
+    names_with_initials("Pew Research Center's data") -> [("prc", "Pew Research Center's")]
+    names_with_initials("Travelers Insurance Company") -> [("ti", "Travelers Insurance"), ("tic", "Travelers Insurance Company")]
+    """
+    pairs = []
+    for run in NAME_RUN.findall(text):
+        short = LEGAL_SUFFIX.sub("", run)
+        forms = ([short] if NAME_RUN.fullmatch(short) else []) + ([run] if short != run else [])
+        pairs += [("".join(w[0] for w in form.split() if w[0].isupper()).lower(), form) for form in forms]
+    return pairs
+
+
+def acronyms_written(text: str) -> set[str]:
+    """The acronyms ``text`` writes in capitals, lower-cased: acronyms_written("the SEC and Mid-2014 IT") -> {"sec", "it"}
+
+    (Only capitals count: "MID" in a question is not the "mid" of "mid-2014".)
+    """
+    return {m.lower() for m in _ACRONYM.findall(text)}
 
 
 def acronym_expansions(names: Counter, written: set[str]) -> dict[str, str]:
     """{initials: the name most often behind them} from a Counter of (initials, name), for
-    initials that are never written as a word themselves (those mean what the pages use them for).
+    initials that no page writes in capitals (those mean what the pages use them for).
 
     acronym_expansions(Counter({("tws", "Tomorrow's Workplace Skills"): 3, ("it", "Information Technology"): 1}), {"it"})
       -> {"tws": "Tomorrow's Workplace Skills"}

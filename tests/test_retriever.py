@@ -346,6 +346,20 @@ def test_an_acronym_no_page_writes_is_searched_as_the_name_it_abbreviates(store,
     assert [h.page for h in retriever.search("How do staff prepare for TWS?", k=1, mode="semantic", acronyms=False)] != [1]
 
 
+def test_an_acronym_in_capitals_finds_its_name_not_the_same_letters_as_a_word(store, embedder, tmp_path):
+    pdf = write_text_pdf(tmp_path / "operators.pdf", [
+        "Telecom Operators grew their subscriber bases; Telkomsel led the field.",
+        "Sales grew to mid-range handsets in mid-2014 and grew to mid-size phones; agents and more agents sold them.",
+        "Travelers Insurance Company agents interviewed the witness on the day of the fire.",
+    ])
+    ingest.ingest_pdf(pdf, store, embedder)
+    retriever = Retriever(store, embedder)
+    # "TO" is not the stopword "to", "MID" is not "mid"; a legal suffix counts in initials too (TIC)
+    assert [h.page for h in retriever.search("Which TO grew?", k=1, mode="bm25")] == [1]
+    assert [h.page for h in retriever.search("Who did the TIC agents interview?", k=1, mode="bm25")] == [3]
+    assert "^mid" not in keyword_tokens("in mid-2014") and "^mid" in keyword_tokens("MID trends")
+
+
 def test_a_year_is_searched_as_the_document_writes_it(store, embedder, tmp_path):
     pdf = write_text_pdf(tmp_path / "fiscal.pdf", [
         "In fiscal 2019 the cooperative opened two new dairies.",
@@ -356,6 +370,6 @@ def test_a_year_is_searched_as_the_document_writes_it(store, embedder, tmp_path)
     ingest.ingest_pdf(pdf, store, embedder)
     retriever = Retriever(store, embedder)
     assert tokenize("FY2020") == ["fy", "2020"] and tokenize("FY20") == ["fy", "2020"]
-    assert keyword_tokens("the Prosecution Services Staff") == ["prosecution", "services", "staff", "pss"]
+    assert keyword_tokens("the Prosecution Services Staff") == ["prosecution", "services", "staff", "^pss"]
     for wording in ("FY2020", "FY20", "fiscal year 2020", "2020"):
         assert retriever.search(f"What happened to a creamery in {wording}?", k=1)[0].page == 2
