@@ -12,7 +12,9 @@ People wrap questions in instructions about the answer's form (units, a persona,
 "relying on the details shown in the cash flow statement", "if ... then state
 that"). Those words match boilerplate on many pages and swamp keyword search,
 so only the question is searched. A financial statement named in an instruction
-is kept as a hint of which page to find (``statements``), not as search words.
+is kept as a hint of which page to find (``statements``), not as search words, and
+so is a statement the question's financial measure is computed from ("current
+ratio" -> the balance sheet; ``MEASURE_STATEMENTS``).
 
 Deliberately simple: sentences are told apart by a few cue patterns (a persona,
 the words answer/response/question, units and rounding, conditionals asking to
@@ -44,11 +46,31 @@ _PARENTHESES = re.compile(r"\s*\(([^()]*)\)")
 # Canonical statement -> how filings head it (also matched in page text by the retriever).
 STATEMENT_NAMES = {
     "cash flow statement": r"cash[\s-]+flows?\s+statements?|statements?\s+of\s+(?:consolidated\s+)?cash\s+flows?",
-    "income statement": r"income\s+statements?|statements?\s+of\s+(?:consolidated\s+)?(?:operations|income|earnings|comprehensive\s+income)|profit\s+and\s+loss",
+    "income statement": r"income\s+statements?|statements?\s+of\s+(?:consolidated\s+)?(?:operations|income|earnings)|profit\s+(?:and|or)\s+loss",
+    # Other comprehensive income is not what margins and turnovers are computed from: a statement of its own.
+    "statement of comprehensive income": r"statements?\s+of\s+(?:consolidated\s+)?comprehensive\s+income",
     "balance sheet": r"balance\s+sheets?|statements?\s+of\s+(?:consolidated\s+)?financial\s+position",
     "statement of equity": r"statements?\s+of\s+(?:consolidated\s+)?(?:stockholders|shareholders)['’]?\s+equity",
 }
 _STATEMENTS = {name: re.compile(pattern, re.IGNORECASE) for name, pattern in STATEMENT_NAMES.items()}
+
+# Financial measures -> the statements they are computed from (textbook definitions), so "Nike's
+# current ratio in FY2021?" looks for the balance sheet although it never names one.
+_BALANCE, _INCOME, _CASH = "balance sheet", "income statement", "cash flow statement"
+MEASURE_STATEMENTS = {
+    r"current ratio|quick ratio|acid[- ]test|cash ratio|working capital|debt[- ]to[- ](?:equity|assets|capital)|"
+    r"debt ratio|book value|total (?:assets|liabilities)|(?:long[- ]term|short[- ]term) (?:debt|liabilities)|"
+    r"accru(?:ed|al) liabilities|current (?:assets|liabilities)|shareholders['’]? equity|stockholders['’]? equity": [_BALANCE],
+    r"(?:inventory|receiv\w*|payables?|asset) turnover|turnover ratio|days (?:sales|inventory|payables?)|"
+    r"\bd[sip]o\b|cash conversion cycle|return on (?:assets|equity|invested capital)|\broa\b|\broe\b|\broic\b": [_INCOME, _BALANCE],
+    r"gross (?:margin|profit)|operating (?:margin|income)|net (?:profit )?margin|\bebit\b|interest coverage|"
+    r"earnings per share|\beps\b|effective tax rate": [_INCOME],
+    r"\bebitda\b": [_INCOME, _CASH],
+    r"free cash flow|capital expenditures?|\bcapex\b|operating cash flow|cash from operations|dividends paid|"
+    r"depreciation and amortization|\bd&a\b": [_CASH],
+    r"(?:dividend )?payout ratio": [_INCOME, _CASH],
+}
+_MEASURES = [(re.compile(pattern, re.IGNORECASE), statements) for pattern, statements in MEASURE_STATEMENTS.items()]
 
 # "FY2019", "FY 19", "fiscal 2019", "fiscal year 2019", "2019"
 _YEAR = re.compile(r"\b(?:FY\s?'?(?P<short>\d{2})\b|(?:FY\s?|fiscal\s+(?:year\s+)?)?(?P<year>(?:19|20)\d\d)\b)", re.IGNORECASE)
@@ -62,6 +84,7 @@ class ParsedQuestion:
     query: str
     instructions: list[str] = field(default_factory=list)
     statements: list[str] = field(default_factory=list)
+    measured: list[str] = field(default_factory=list)  # of those, the ones a financial measure asked for needs
     years: list[str] = field(default_factory=list)
 
 
@@ -81,6 +104,16 @@ def is_instruction(sentence: str) -> bool:
 def statements_named(text: str) -> list[str]:
     """statements_named("relying on the consolidated statements of cash flows") -> ["cash flow statement"]"""
     return [name for name, pattern in _STATEMENTS.items() if pattern.search(text)]
+
+
+def statements_measured(text: str) -> list[str]:
+    """The statements a financial measure named in ``text`` is computed from.
+
+    statements_measured("What is the FY2021 inventory turnover ratio for Nike?") -> ["income statement", "balance sheet"]
+    """
+    text = re.sub(r"[\s_]+", " ", text)  # "cash_ratio", "payables  turnover"
+    found = [name for pattern, names in _MEASURES if pattern.search(text) for name in names]
+    return list(dict.fromkeys(found))
 
 
 def years_named(text: str) -> list[str]:
@@ -126,6 +159,7 @@ def parse_question(text: str) -> ParsedQuestion:
         text=text,
         query=" ".join(asked),
         instructions=instructions,
-        statements=statements_named(" ".join(instructions)),
+        statements=list(dict.fromkeys(statements_named(" ".join(instructions)) + statements_measured(" ".join(asked)))),
+        measured=statements_measured(" ".join(asked)),
         years=years_named(text),
     )

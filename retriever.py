@@ -173,7 +173,8 @@ class SparseBM25:
 
 PageKey = tuple[str, int]  # (collection name, 1-based page number)
 _YEAR_STYLES = ("plain", "fy", "fiscal")
-_STATEMENT_HEADING = {name: re.compile(rf"^\W*(?:consolidated\s+|combined\s+)?(?:{pattern})\b.{{0,40}}$", re.IGNORECASE | re.MULTILINE)
+# A heading is a whole short line that does not end a sentence ("... included in the\nConsolidated Balance Sheets." is prose).
+_STATEMENT_HEADING = {name: re.compile(rf"^\W*(?:consolidated\s+|combined\s+)?(?:{pattern})\b.{{0,40}}(?<!\.)$", re.IGNORECASE | re.MULTILINE)
                       for name, pattern in STATEMENT_NAMES.items()}
 
 
@@ -443,6 +444,16 @@ class Retriever:
         pages = [key for key, heads in self._statement_pages.items() if key[0] in in_scope and set(heads) & set(statements)]
         return sorted(pages, key=lambda key: (sem_rank.get(key, len(sem_rank)), key))[: config.CANDIDATES]
 
+    def statement_seats(self, statements: list[str], hinted: list[PageKey], fused: dict[PageKey, float]) -> list[PageKey]:
+        """For each statement a financial measure of the question is computed from, its best-fused page:
+        "Nike's current ratio" needs the balance sheet in the top k, however its words score."""
+        seats = []
+        for statement in statements:
+            pages = [key for key in hinted if statement in self._statement_pages.get(key, [])]
+            if pages:
+                seats.append(max(pages, key=lambda key: fused.get(key, 0.0)))
+        return seats
+
     def named_documents(self, query: str, scope: list[str] | None) -> dict[str, float]:
         """{collection: routing score} of the in-scope documents the question names (see routing.py)."""
         profiles = {name: self._profiles[name] for name in self._in_scope(scope)}
@@ -524,7 +535,9 @@ class Retriever:
             top = by_fusion = sorted(fused, key=lambda key: -fused[key])[:k]
             if mode == "hybrid":
                 seats = [legs["bm25"][:1]] * keyword_seat + [legs["semantic"][:1]] * (fusion == "seats")
-                top = with_seats(by_fusion, [leg_best[0][0] for leg_best in seats if leg_best])
+                seated = [leg_best[0][0] for leg_best in seats if leg_best]
+                seated += self.statement_seats(parsed.measured if parsed and statement_hints else [], hinted, fused)
+                top = with_seats(by_fusion, seated)
                 for key in set(top) - set(by_fusion):
                     trace[key]["seat"] = True
             best_chunk = {key: chunk_id for key, _, chunk_id in semantic}

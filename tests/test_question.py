@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from qa import question_for_prompt
-from question import parse_question, statements_named, year_wordings, years_named
+from question import parse_question, statements_measured, statements_named, year_wordings, years_named
 from retriever import STOPWORDS, keyword_tokens
 from routing import acronyms_in, distinctive_words, document_profile, names_in_question, route, year_style
 
@@ -91,3 +91,15 @@ def test_a_question_names_a_document_by_the_head_of_a_name_it_writes_not_by_comm
     asked = "What were Costco's capital expenditures? Costco Wholesale, and ITC too."
     assert names_in_question(asked, STOPWORDS) == {"costco", "itc"}  # an opening stopword is no name; "Costco" opens a name
     assert set(route(names_in_question(asked, STOPWORDS), [], profiles, weights)) == {"costco", "other"}
+
+
+def test_a_financial_measure_names_the_statements_it_is_computed_from():
+    assert statements_measured("What is Nike's current ratio?") == ["balance sheet"]
+    assert statements_measured("What is  cash_ratio in FY2021?") == ["balance sheet"]  # spacing and underscores aside
+    assert statements_measured("what is the FY2021 inventory turnover ratio?") == ["income statement", "balance sheet"]
+    assert statements_measured("What was EBITDA?") == ["income statement", "cash flow statement"]
+    assert statements_measured("How many stores opened?") == []
+    parsed = parse_question("What was free cash flow in 2021? Please state answer in USD millions.")
+    assert parsed.measured == ["cash flow statement"] and parsed.statements == ["cash flow statement"]
+    # other comprehensive income is a statement of its own, not the income statement ratios use
+    assert statements_named("Consolidated Statements of Comprehensive Income") == ["statement of comprehensive income"]

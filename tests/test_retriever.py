@@ -319,6 +319,16 @@ def test_a_statement_named_in_the_instructions_points_to_its_page(store, embedde
     assert hits[0].page == 4 and hits[0].trace["statement_rank"] == 1
 
 
+def test_a_financial_measure_finds_the_statements_it_is_computed_from(store, embedder, filings):
+    retriever = Retriever(store, embedder)
+    scope = [filings["alder"]]
+    # no word of these questions is on the statement pages, yet the figures are read off them
+    current, turnover = "What was Alder's current ratio in 2021?", "What was the inventory turnover in 2021?"
+    assert 4 not in [h.page for h in retriever.search(current, k=2, scope=scope, statement_hints=False)]
+    assert 4 in [h.page for h in retriever.search(current, k=2, scope=scope)]  # balance sheet
+    assert {4, 5} <= {h.page for h in retriever.search(turnover, k=3, scope=scope)}  # balance sheet and income statement
+
+
 def test_routing_favours_the_document_the_question_names_and_never_drops_the_others(store, embedder, filings):
     retriever = Retriever(store, embedder)
     question = "What were Birchwood's revenues?"
