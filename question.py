@@ -46,7 +46,7 @@ _PARENTHESES = re.compile(r"\s*\(([^()]*)\)")
 # Canonical statement -> how filings head it (also matched in page text by the retriever).
 STATEMENT_NAMES = {
     "cash flow statement": r"cash[\s-]+flows?\s+statements?|statements?\s+of\s+(?:consolidated\s+)?cash\s+flows?",
-    "income statement": r"income\s+statements?|statements?\s+of\s+(?:consolidated\s+)?(?:operations|income|earnings)|profit\s+(?:and|or)\s+loss",
+    "income statement": r"income\s+statements?|statements?\s+of\s+(?:consolidated\s+)?(?:operations|income|earnings)|profit\s+(?:and|or)\s+loss(?:\s+account)?",
     # Other comprehensive income is not what margins and turnovers are computed from: a statement of its own.
     "statement of comprehensive income": r"statements?\s+of\s+(?:consolidated\s+)?comprehensive\s+income",
     "balance sheet": r"balance\s+sheets?|statements?\s+of\s+(?:consolidated\s+)?financial\s+position",

@@ -173,8 +173,10 @@ class SparseBM25:
 
 PageKey = tuple[str, int]  # (collection name, 1-based page number)
 _YEAR_STYLES = ("plain", "fy", "fiscal")
-# A heading is a whole short line that does not end a sentence ("... included in the\nConsolidated Balance Sheets." is prose).
-_STATEMENT_HEADING = {name: re.compile(rf"^\W*(?:consolidated\s+|combined\s+)?(?:{pattern})\b.{{0,40}}(?<!\.)$", re.IGNORECASE | re.MULTILINE)
+# A heading is a whole short line that does not end a sentence ("... included in the\nConsolidated Balance Sheets." is prose),
+# perhaps with its period ("Profit and loss account for the year ended March 31, 2003").
+_PERIOD = r"(?:\s+(?:for\s+the\s+(?:\w+\s+)?(?:years?|periods?|quarters?)\s+ended|as\s+(?:at|of|on))\b)?"
+_STATEMENT_HEADING = {name: re.compile(rf"^\W*(?:consolidated\s+|combined\s+)?(?:{pattern})\b{_PERIOD}.{{0,40}}(?<!\.)$", re.IGNORECASE | re.MULTILINE)
                       for name, pattern in STATEMENT_NAMES.items()}
 
 

@@ -16,7 +16,7 @@ from rank_bm25 import BM25Okapi
 import ingest
 from eval_retrieval import abbreviate_names, perturb, reword_years, split_questions
 from question import parse_question
-from retriever import Retriever, SparseBM25, keyword_tokens, page_references, rrf, tokenize
+from retriever import Retriever, SparseBM25, keyword_tokens, page_references, rrf, statements_headed, tokenize
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -327,6 +327,13 @@ def test_a_financial_measure_finds_the_statements_it_is_computed_from(store, emb
     assert 4 not in [h.page for h in retriever.search(current, k=2, scope=scope, statement_hints=False)]
     assert 4 in [h.page for h in retriever.search(current, k=2, scope=scope)]  # balance sheet
     assert {4, 5} <= {h.page for h in retriever.search(turnover, k=3, scope=scope)}  # balance sheet and income statement
+
+
+def test_a_statement_heading_is_a_line_of_its_own_not_a_sentence_that_names_it():
+    assert statements_headed("Profit and loss account for the year ended March 31, 2003\nSales 1,200") == ["income statement"]
+    assert statements_headed("CONSOLIDATED BALANCE SHEETS\n(in millions)") == ["balance sheet"]
+    assert statements_headed("Deferred taxes are included in the\nConsolidated Balance Sheets.") == []
+    assert statements_headed("CONSOLIDATED STATEMENTS OF COMPREHENSIVE INCOME") == ["statement of comprehensive income"]
 
 
 def test_routing_favours_the_document_the_question_names_and_never_drops_the_others(store, embedder, filings):
