@@ -446,12 +446,15 @@ class Retriever:
         pages = [key for key, heads in self._statement_pages.items() if key[0] in in_scope and set(heads) & set(statements)]
         return sorted(pages, key=lambda key: (sem_rank.get(key, len(sem_rank)), key))[: config.CANDIDATES]
 
-    def statement_seats(self, statements: list[str], hinted: list[PageKey], fused: dict[PageKey, float]) -> list[PageKey]:
-        """For each statement a financial measure of the question is computed from, its best-fused page:
-        "Nike's current ratio" needs the balance sheet in the top k, however its words score."""
+    def statement_seats(self, statements: list[str], hinted: list[PageKey], fused: dict[PageKey, float],
+                        top: list[PageKey]) -> list[PageKey]:
+        """For each statement a financial measure of the question is computed from, its best-fused page
+        in a document already among the ``top`` results: "Nike's current ratio" needs the balance sheet in
+        the top k, however its words score, but "EPS code AR03" of a college's market list needs no filing."""
+        documents = {collection for collection, _ in top}
         seats = []
         for statement in statements:
-            pages = [key for key in hinted if statement in self._statement_pages.get(key, [])]
+            pages = [key for key in hinted if key[0] in documents and statement in self._statement_pages.get(key, [])]
             if pages:
                 seats.append(max(pages, key=lambda key: fused.get(key, 0.0)))
         return seats
@@ -538,7 +541,7 @@ class Retriever:
             if mode == "hybrid":
                 seats = [legs["bm25"][:1]] * keyword_seat + [legs["semantic"][:1]] * (fusion == "seats")
                 seated = [leg_best[0][0] for leg_best in seats if leg_best]
-                seated += self.statement_seats(parsed.measured if parsed and statement_hints else [], hinted, fused)
+                seated += self.statement_seats(parsed.measured if parsed and statement_hints else [], hinted, fused, by_fusion)
                 top = with_seats(by_fusion, seated)
                 for key in set(top) - set(by_fusion):
                     trace[key]["seat"] = True

@@ -329,6 +329,17 @@ def test_a_financial_measure_finds_the_statements_it_is_computed_from(store, emb
     assert {4, 5} <= {h.page for h in retriever.search(turnover, k=3, scope=scope)}  # balance sheet and income statement
 
 
+def test_a_measure_word_in_a_question_about_another_document_seats_no_statement(store, embedder, filings, tmp_path):
+    markets = write_text_pdf(tmp_path / "markets.pdf", [
+        "Geographic markets by EPS Code\nAR01 Little Rock\nAR02 Fort Smith\nAR03 Northern Arkansas",
+        "Geographic markets by EPS Code\nCA01 Los Angeles\nCA02 San Diego\nCA03 Sacramento",
+        "How to order names from the search service: choose the markets, then the graduating class.",
+    ])
+    collection = ingest.ingest_pdf(markets, store, embedder).collection
+    hits = Retriever(store, embedder).search("What is the market name for EPS Code AR03?", k=2)
+    assert {h.collection for h in hits} == {collection}  # "EPS" (earnings per share) seats no income statement
+
+
 def test_a_statement_heading_is_a_line_of_its_own_not_a_sentence_that_names_it():
     assert statements_headed("Profit and loss account for the year ended March 31, 2003\nSales 1,200") == ["income statement"]
     assert statements_headed("CONSOLIDATED BALANCE SHEETS\n(in millions)") == ["balance sheet"]
