@@ -165,7 +165,7 @@ NUMBERED_REFS = _env("NUMBERED_REFS", True)  # "Fig. 3" and "Figure 3" become on
 NAME_INITIALS = _env("NAME_INITIALS", True)  # "Prosecution Services Staff" is also the keyword "pss", so "PSS" finds it
 QUESTION_PARSING = _env("QUESTION_PARSING", True)  # search the question without its instructions about the answer's form
 ACRONYMS = _env("ACRONYMS", True)  # an acronym no page writes ("TWS") is also searched as the name it abbreviates
-STATEMENT_HINTS = _env("STATEMENT_HINTS", True)  # "... shown in the cash flow statement": pages headed so join the fusion
+STATEMENT_HINTS = _env("STATEMENT_HINTS", True)  # "... shown in the cash flow statement", "current ratio": pages headed so join the fusion
 YEAR_WORDING = _env("YEAR_WORDING", True)  # a year is searched as each document writes it (FY2019 / fiscal 2019 / 2019)
 FUSION = _env("FUSION", "seats")  # rrf | seats (each leg's best page keeps a place) | margin (RRF weighed by each leg's lead) | score
 if FUSION not in ("rrf", "seats", "margin", "score"):

@@ -8,8 +8,10 @@ One question flows like this:
                 of the in-scope documents -> pages                                  (semantic leg)
              -> keyword_tokens -> BM25 over every page's title + keywords + text     (keyword leg)
              -> pages the question names outright ("page 14", "cover page")         (page leg)
-             -> pages headed by a statement the instructions name                   (hint leg)
-             -> fusion (FUSION: RRF, with a seat for each leg's best page by default)
+             -> pages headed by a statement the instructions name, or that a
+                financial measure asked for is computed from ("current ratio")      (hint leg)
+             -> fusion (FUSION: RRF, with a seat for each leg's best page by default,
+                and for each such measure's statement)
              -> routing: documents the question names get a boost (none is dropped)
              -> top-k pages, each shown as its best passage, with a trace
 
