@@ -360,14 +360,19 @@ def test_routing_favours_the_document_the_question_names_and_never_drops_the_oth
     assert retriever.profile(filings["birch"]).doc_type == "annual report"
 
 
+def retriever_with(store, embedder, pdf: Path) -> Retriever:
+    """A retriever over ``store`` once ``pdf`` is ingested into it."""
+    ingest.ingest_pdf(pdf, store, embedder)
+    return Retriever(store, embedder)
+
+
 def test_an_acronym_no_page_writes_is_searched_as_the_name_it_abbreviates(store, embedder, tmp_path):
     pdf = write_text_pdf(tmp_path / "plan.pdf", [
         "Tomorrow's Workplace Skills are practised in the third quarter through mentoring and job shadowing.",
         "How staff prepare for the yearly audit: they read the checklist and tidy their desks.",
         "Our IT desk answers calls about Information Technology on weekdays.",
     ])
-    ingest.ingest_pdf(pdf, store, embedder)
-    retriever = Retriever(store, embedder)
+    retriever = retriever_with(store, embedder, pdf)
     assert retriever.spelled_out("How do staff prepare for TWS?") == "How do staff prepare for TWS (Tomorrow's Workplace Skills)?"
     assert retriever.spelled_out("Who runs IT?") == "Who runs IT?"  # the pages write "IT": it means what they use it for
     assert [h.page for h in retriever.search("How do staff prepare for TWS?", k=1, mode="semantic")] == [1]
@@ -380,8 +385,7 @@ def test_an_acronym_in_capitals_finds_its_name_not_the_same_letters_as_a_word(st
         "Sales grew to mid-range handsets in mid-2014 and grew to mid-size phones; agents and more agents sold them.",
         "Travelers Insurance Company agents interviewed the witness on the day of the fire.",
     ])
-    ingest.ingest_pdf(pdf, store, embedder)
-    retriever = Retriever(store, embedder)
+    retriever = retriever_with(store, embedder, pdf)
     # "TO" is not the stopword "to", "MID" is not "mid"; a legal suffix counts in initials too (TIC)
     assert [h.page for h in retriever.search("Which TO grew?", k=1, mode="bm25")] == [1]
     assert [h.page for h in retriever.search("Who did the TIC agents interview?", k=1, mode="bm25")] == [3]
@@ -395,8 +399,7 @@ def test_a_year_is_searched_as_the_document_writes_it(store, embedder, tmp_path)
         "Fiscal 2021 brought record milk prices.",
         "The cooperative was founded by farmers.",
     ])
-    ingest.ingest_pdf(pdf, store, embedder)
-    retriever = Retriever(store, embedder)
+    retriever = retriever_with(store, embedder, pdf)
     assert tokenize("FY2020") == ["fy", "2020"] and tokenize("FY20") == ["fy", "2020"]
     assert keyword_tokens("the Prosecution Services Staff") == ["prosecution", "services", "staff", "^pss"]
     for wording in ("FY2020", "FY20", "fiscal year 2020", "2020"):
