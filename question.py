@@ -155,11 +155,12 @@ def parse_question(text: str) -> ParsedQuestion:
         asked[i] = _PARENTHESES.sub(lambda m, asides=asides: "" if m.group(1) in asides else m.group(0), part)
     if not any(part.endswith("?") for part in asked):  # no question mark left: an imperative request, search it whole
         asked, instructions = parts or [text], []
+    measured = statements_measured(" ".join(asked))
     return ParsedQuestion(
         text=text,
         query=" ".join(asked),
         instructions=instructions,
-        statements=list(dict.fromkeys(statements_named(" ".join(instructions)) + statements_measured(" ".join(asked)))),
-        measured=statements_measured(" ".join(asked)),
+        statements=list(dict.fromkeys(statements_named(" ".join(instructions)) + measured)),
+        measured=measured,
         years=years_named(text),
     )
