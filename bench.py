@@ -191,6 +191,9 @@ def build_scaled_store(n_chunks: int, source_dir: Path, target_dir: Path):
         )
         for key in pool:
             pool[key] += list(got[key])
+    if not pool["ids"]:
+        raise SystemExit(f"No ingested documents in {source_dir} to copy chunks from: "
+                         "run eval_retrieval.py first, or pass --source-store STORE.")
     vectors = np.array(pool["embeddings"], dtype=np.float32)
     rng = np.random.default_rng(0)
     for start in range(0, n_chunks, CHUNKS_PER_COLLECTION):
