@@ -162,9 +162,9 @@ PAGE_REFS = _env("PAGE_REFS", True)  # a question naming "page 14" / "the cover 
 KEYWORD_SEAT = _env("KEYWORD_SEAT", True)  # the best BM25 page always gets one of the k places
 NUMBERED_REFS = _env("NUMBERED_REFS", True)  # "Fig. 3" and "Figure 3" become one keyword, distinct from "Table 3"
 # Issue 18: retrieval that holds on phrasings and documents it was not tuned on (README, "What generalises").
-NAME_INITIALS = _env("NAME_INITIALS", True)  # "Prosecution Services Staff" is also the keyword "pss", so "PSS" finds it
+NAME_INITIALS = _env("NAME_INITIALS", True)  # "Prosecution Services Staff" is also the acronym keyword "^pss", so "PSS" finds it
 QUESTION_PARSING = _env("QUESTION_PARSING", True)  # search the question without its instructions about the answer's form
-ACRONYMS = _env("ACRONYMS", True)  # an acronym no page writes ("TWS") is also searched as the name it abbreviates
+ACRONYMS = _env("ACRONYMS", True)  # an acronym no page writes in capitals ("TWS") is also searched as the name it abbreviates
 STATEMENT_HINTS = _env("STATEMENT_HINTS", True)  # "... shown in the cash flow statement", "current ratio": pages headed so join the fusion
 YEAR_WORDING = _env("YEAR_WORDING", True)  # a year is searched as each document writes it (FY2019 / fiscal 2019 / 2019)
 FUSION = _env("FUSION", "seats")  # rrf | seats (each leg's best page keeps a place) | margin (RRF weighed by each leg's lead) | score

@@ -17,7 +17,8 @@ name.
 
 Deliberately simple: no entity recogniser; a name is a capitalised word or a
 file-name word on the first pages, an acronym is the initials of a run of
-capitalised words ("Pew Research Center" -> "prc", legal suffixes dropped).
+capitalised words, with and without a legal suffix ("Pew Research Center" ->
+"prc"; "Travelers Insurance Company" -> "ti", "tic"), or a word written in capitals.
 On the question's side only what it writes as a name counts, and of a run of
 capitalised words only the first: "non-executive directors of GODFREY PHILLIPS
 INDIA LIMITED" must not name another company's report because its first pages
