@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+import calc
 import config
 from retriever import Hit, tokenize
 
@@ -489,7 +490,7 @@ def verify_answer(answer: str, sources: list[Hit], embedder, question: str = "")
     for sentence, vec in zip(sentences, sentence_vecs):
         cited = parse_citations(sentence)
         fabricated = [n for n in cited if not 1 <= n <= len(sources)]
-        if len(tokenize(strip_markers(sentence))) < config.SUPPORT_MIN_WORDS:
+        if len(tokenize(strip_markers(sentence))) < config.SUPPORT_MIN_WORDS or calc.is_arithmetic_line(sentence):
             checked.append(CheckedSentence(sentence, [], None, fabricated))
             continue
         scores = support_scores(sentence, sources, vec, source_vecs, question)

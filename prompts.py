@@ -77,7 +77,18 @@ ANSWER_SHAPES = {
     "yes_no": "Start with Yes or No, then say why in one sentence.",
     "number": "Give the number with its unit and the period or group it refers to, as the source states them.",
     "plain": "Answer in one to three sentences.",
+    # The app works the arithmetic out itself (calc.py): small models copy figures well and compute badly.
+    "calculate": (
+        "First list each figure you need on its own line, copied exactly from the sources, with what it is and its "
+        "source number, for example:\nNet sales 2021: 1,250 [2]\n"
+        "Then write the arithmetic on those figures on one line, with + - * / and parentheses, for example:\n"
+        "Calculation: 1,250 - 980\n"
+        "Use the figures from the sources, not the example's. Do not write the result: the app works it out."
+    ),
 }
+
+# A financial measure's standard definition (calc.FORMULAS), told with the question it is asked in.
+FORMULA = "Formula: {formula}"
 
 # The second look after a refusal, at the single best passage: the model must copy the line it
 # relies on, so the reply can be kept only when that line is really in the passage (qa.quoted_answer).

@@ -34,6 +34,7 @@ from pathlib import Path
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
+import calc
 import checker
 import config
 import context
@@ -73,6 +74,8 @@ def personal_data_in(question: str) -> str | None:
 def answer_shape(question: str) -> str:
     """answer_shape("Compare the 2019 and 2020 revenue") -> "compare" """
     q = question.lower()
+    if calc.asks_calculation(q):
+        return "calculate"
     if re.search(r"\b(compare|comparison|difference between|differ|versus|vs\.?)\b", q):
         return "compare"
     if re.search(r"\b(summari[sz]e|summary|overview|tl;?dr)\b", q):
@@ -164,6 +167,8 @@ def build_messages(question: str, sources: list[Hit], history: list[tuple[str, s
         messages.append(HumanMessage(text) if role == "user" else AIMessage(strip_markers(text)))
     sources_text = "\n\n".join(format_source(i, hit) for i, hit in enumerate(sources, 1))
     shape = prompts.ANSWER_SHAPES[answer_shape(question)]
+    if formulas := calc.formulas_for(question):
+        shape += "\n" + "\n".join(prompts.FORMULA.format(formula=f) for f in formulas)
     messages.append(HumanMessage(prompts.ANSWER_USER.format(sources=sources_text, question=question, shape=shape)))
     return messages
 
@@ -376,6 +381,15 @@ def ask(
             answer.second_look = "refused again"
         yield held
 
+    def with_worked_out(reply: Iterator[str]) -> Iterator[str]:
+        """The reply, then the result of the calculation it wrote, worked out in code (calc.py)."""
+        text = ""
+        for piece in reply:
+            text += piece
+            yield piece
+        if line := calc.worked_out(text, [h.text for h in answer.sources], asked):
+            yield f"\n\n{line}"
+
     def finish(text: str) -> Answer:
         stage("Checking the citations…")
         answer.text = text.strip()
@@ -387,7 +401,7 @@ def ask(
         log.info("Answered in %.1fs, confidence %s", answer.seconds, answer.confidence)
         return answer
 
-    return AnswerStream(pieces(), finish)
+    return AnswerStream(with_worked_out(pieces()), finish)
 
 
 def answer_question(question: str, retriever: Retriever, **kwargs) -> Answer:

@@ -534,3 +534,30 @@ def test_judging_pairs_put_every_checked_sentence_beside_every_passage_shown(emb
     pairs = eval_answers.judging_pairs([row], embedder)
     assert [(p["page"], p["cited"], p["verified"], p["gold_page"]) for p in pairs] == [(3, True, True, True), (2, False, False, False)]
     assert {p["sentence"] for p in pairs} == {checker.strip_markers("The railway reached the town in 1889 [1].")}
+
+
+def test_a_calculation_is_worked_out_in_code_and_its_figures_are_checked(store, embedder, ollama_chat, monkeypatch, tmp_path):
+    """The model lists figures and writes the arithmetic; the app computes it (small models compute badly)."""
+    pdf = write_text_pdf(tmp_path / "tweets.pdf", [
+        "Tweets in the first 24 hours after the crash, by account. Germanwings posted 24 tweets. "
+        "Lufthansa posted 12 tweets. Airbus posted 5 tweets.",
+        "Chapter 2. The airline's history and fleet, with no figures about social media.",
+    ])
+    ingest.ingest_pdf(pdf, store, embedder)
+    monkeypatch.setattr(ollama_chat, "models", ["llama3.2:3b"])
+    monkeypatch.setattr(ollama_chat, "replies", [
+        "Germanwings tweets: 24 [1]\nLufthansa tweets: 12 [1]\nCalculation: 24 - 12 = 10",
+        "Germanwings tweets: 24 [1]\nLufthansa tweets: 13 [1]\nCalculation: 24 - 13",
+    ])
+    monkeypatch.setattr(ollama_chat, "chats", [])
+    retriever, question = Retriever(store, embedder), "How many more tweets did Germanwings post than Lufthansa?"
+    answer = qa.answer_question(question, retriever, llm=models.get_chat_model())
+    assert prompts.ANSWER_SHAPES["calculate"] in ollama_chat.chats[0]["messages"][-1]["content"]
+    assert answer.text.endswith("Worked out: 24 - 12 = 12")  # the model's own "= 10" is not what is shown
+    figures, arithmetic = answer.sentences[:2], answer.sentences[2:]
+    assert all(s.supported and s.citations[0].page == 1 for s in figures)
+    assert [s.supported for s in arithmetic] == [None, None] and answer.confidence == 1.0
+
+    invented = qa.answer_question(question, retriever, llm=models.get_chat_model())
+    assert invented.text.endswith("Worked out: not computed: 13 is in none of the passages.")
+    assert invented.sentences[1].supported is False  # the invented figure is flagged where it is claimed

@@ -1,0 +1,190 @@
+"""Work out an answer's arithmetic in code, never in the model.
+
+Small local models copy figures well and compute with them badly (the 1.5B default gave Nike's
+inventory turnover as "1.37"; it is 3.46). So a question that asks for a computed figure (a gap, a
+sum, an average, a ratio, a financial measure) gets an answer shape of its own: the model lists the
+figures it uses, each with its source, and writes the arithmetic on one line without a result:
+
+    Cost of sales 2021: 24,576 [2]
+    Inventories 2021: 6,854 [1]
+    Inventories 2020: 7,367 [1]
+    Calculation: 24,576 / ((6,854 + 7,367) / 2)
+
+    question -> asks_calculation()     does it want a figure worked out?
+             -> formulas_for()         the standard definition of a financial measure it names, for the prompt
+    reply    -> calculation_of()       the expression after "Calculation:", up to any "=" the model added
+             -> unknown_operands()     every figure must be in the passages shown or in the question
+             -> evaluate()             + - * / and parentheses only, by walking the syntax tree (no eval)
+             -> format_result()        rounded as the question asks ("two decimal places"); a sum or gap
+                                       of percentages stays a percentage
+             -> worked_out()           "Worked out: 24,576 / ((6,854 + 7,367) / 2) = 3.46"
+
+The figure lines are checked against their passages like any sentence (checker.py); the two
+arithmetic lines are not claims about a page, so the checker leaves them unjudged.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+import re
+
+CALCULATION_LABEL = "Calculation:"
+WORKED_OUT_LABEL = "Worked out:"
+
+# Words that ask for arithmetic on figures, not for a figure the page prints. Line items such as
+# "total liabilities" are read off a statement, so "total" alone is not one of them.
+_ASKS_CALCULATION = re.compile(
+    r"\b(how (many|much) (more|fewer|less|higher|lower|bigger|smaller)|gap|difference in|sum of|summed|combined|"
+    r"in total|altogether|add(ed)? up|average|mean|ratio|turnover|margin|cash conversion cycle|ebitda|"
+    r"return on (assets|equity|invested capital)|free cash flow|percentage (change|increase|decrease|points?)|"
+    r"growth rate|(increase|decrease|grow|grew|rise|rose|fall|fell|drop|dropp?ed)d? by|decimal places?|"
+    r"round(ed)? (your|the) answer|"
+    # "total debt to total assets", "operating cash flow to current liabilities": one line item over another
+    r"(debt|liabilities|assets|equity|cash flows?|income|sales|revenues?|earnings|ebitda) to (total |current |net )?"
+    r"(debt|liabilities|assets|equity|capital|ebitda|sales|revenues?))\b",
+    re.IGNORECASE,
+)
+# Standard definitions of the measures analysts ask for. The model is told the formula with the question,
+# so it knows which figures to fetch; "average" balances are this year's and last year's, halved.
+FORMULAS = {
+    r"current ratio": "current ratio = total current assets / total current liabilities",
+    r"quick ratio|acid[- ]test": "quick ratio = (cash and cash equivalents + short-term investments + accounts receivable) "
+    "/ total current liabilities",
+    r"cash ratio": "cash ratio = cash and cash equivalents / total current liabilities",
+    r"inventory turnover": "inventory turnover = cost of sales / ((inventories this year + inventories last year) / 2)",
+    r"receiv\w* turnover": "receivables turnover = revenues / ((accounts receivable this year + last year) / 2)",
+    r"payables? turnover": "payables turnover = cost of sales / ((accounts payable this year + last year) / 2)",
+    r"asset turnover": "asset turnover = revenues / ((total assets this year + last year) / 2)",
+    r"cash conversion cycle": "cash conversion cycle = 365 / inventory turnover + 365 / receivables turnover "
+    "- 365 / payables turnover",
+    r"gross (?:profit )?margin": "gross margin = (revenues - cost of sales) / revenues",
+    r"operating margin": "operating margin = operating income / revenues",
+    r"net (?:profit )?margin": "net margin = net income / revenues",
+    r"return on equity|\broe\b": "return on equity = net income / ((shareholders' equity this year + last year) / 2)",
+    r"return on assets|\broa\b": "return on assets = net income / ((total assets this year + last year) / 2)",
+    r"debt[- ]to[- ]equity": "debt to equity = total debt / total shareholders' equity",
+    r"\bebitda\b": "EBITDA = operating income + depreciation and amortization",
+    r"free cash flow": "free cash flow = net cash from operating activities - capital expenditures",
+    r"interest coverage": "interest coverage = operating income / interest expense",
+}
+_FORMULAS = [(re.compile(pattern, re.IGNORECASE), formula) for pattern, formula in FORMULAS.items()]
+_DECIMALS = re.compile(r"\b(one|two|three|four|\d) decimal places?\b", re.IGNORECASE)
+_WORD_DIGITS = {"one": 1, "two": 2, "three": 3, "four": 4}
+_CALCULATION_LINE = re.compile(r"^[\s*_#>-]*calculation\s*[:：]\s*(?P<expr>.+)$", re.IGNORECASE | re.MULTILINE)
+_FIGURE = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)?|\.\d+")
+# Constants a formula may bring that no page prints: halves for an average, 100 for a percentage,
+# days and months in a year for turnover days.
+_FORMULA_CONSTANTS = {"2", "100", "365", "360", "12", "1000"}
+_OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
+
+
+def asks_calculation(question: str) -> bool:
+    """asks_calculation("How many more tweets did Germanwings get than Lufthansa?") -> True;
+    asks_calculation("What is total liabilities for Costco in FY2021?") -> False"""
+    return bool(_ASKS_CALCULATION.search(question) or formulas_for(question))
+
+
+def formulas_for(question: str) -> list[str]:
+    """formulas_for("What is Nike's cash_ratio?") -> ["cash ratio = cash and cash equivalents / total current liabilities"]"""
+    text = re.sub(r"[\s_]+", " ", question)  # "cash_ratio", "payables  turnover"
+    return [formula for pattern, formula in _FORMULAS if pattern.search(text)]
+
+
+def calculation_of(reply: str) -> str | None:
+    """The arithmetic the model wrote, without any result it added.
+
+    calculation_of("Sales: 10 [1]\\nCalculation: (10 - 4) / 4 = 1.5") -> "(10 - 4) / 4"
+    """
+    match = _CALCULATION_LINE.search(reply)
+    if not match:
+        return None
+    expression = re.sub(r"\[\d+(?:\s*,\s*\d+)*\]|[<>]", "", match.group("expr")).split("=")[0]
+    return expression.strip(" *_`.") or None
+
+
+def _as_python(expression: str) -> str:
+    """Figures as plain numbers and the usual operator signs as Python's: "$1,200 × 3%" -> "1200 * 3"."""
+    text = expression.replace("×", "*").replace("÷", "/").replace("−", "-").replace("–", "-")
+    text = re.sub(r"(?<=[\d)\s])x(?=[\s(\d$])", "*", text)
+    text = re.sub(r"[$€£₹%]|\b(?:Rs|USD|INR|EUR)\b\.?", "", text)
+    return _FIGURE.sub(lambda m: m.group(0).replace(",", ""), text)
+
+
+def operands(expression: str) -> list[str]:
+    """operands("(1,200 - 800) / 2") -> ["1200", "800", "2"]"""
+    return [figure.replace(",", "") for figure in _FIGURE.findall(expression)]
+
+
+def _figures_in(text: str) -> set[str]:
+    """Every figure in ``text``, also without trailing decimal zeros: "7,692.0" -> {"7692.0", "7692"}."""
+    figures = set()
+    for figure in operands(text):
+        figures.add(figure)
+        if "." in figure:
+            figures.add(figure.rstrip("0").rstrip("."))
+    return figures
+
+
+def unknown_operands(expression: str, passages: list[str], question: str) -> list[str]:
+    """The figures of ``expression`` that are in none of the passages, nor in the question, nor a formula constant."""
+    known = _figures_in("\n".join(passages)) | _figures_in(question) | _FORMULA_CONSTANTS
+    return [figure for figure in operands(expression) if figure not in known]
+
+
+def _value(node: ast.AST) -> float:
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+        return float(node.value)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        return -_value(node.operand) if isinstance(node.op, ast.USub) else _value(node.operand)
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+        return _OPERATORS[type(node.op)](_value(node.left), _value(node.right))
+    raise ValueError(f"not arithmetic: {ast.dump(node)[:60]}")
+
+
+def evaluate(expression: str) -> float | None:
+    """evaluate("$1,200 - 800") -> 400.0; None for anything but + - * / and parentheses, or a division by zero."""
+    try:
+        return _value(ast.parse(_as_python(expression), mode="eval").body)
+    except (SyntaxError, ValueError, ZeroDivisionError, RecursionError):
+        return None
+
+
+def decimals_asked(question: str) -> int | None:
+    """decimals_asked("Round your answer to three decimal places.") -> 3"""
+    match = _DECIMALS.search(question)
+    if not match:
+        return None
+    word = match.group(1).lower()
+    return _WORD_DIGITS.get(word) or int(word)
+
+
+def format_result(value: float, expression: str, question: str) -> str:
+    """The result as a person writes it: format_result(97.4012, "…", "… two decimal places") -> "97.40";
+    a sum or gap of percentages keeps its "%": format_result(12.0, "59% - 47%", "") -> "12%"."""
+    decimals = decimals_asked(question)
+    text = f"{value:,.{decimals}f}" if decimals is not None else f"{round(value, 2):,.2f}".rstrip("0").rstrip(".")
+    if "%" in expression and not re.search(r"[*/×÷]", expression):
+        text += "%"
+    return text
+
+
+def worked_out(reply: str, passages: list[str], question: str) -> str | None:
+    """The line the app adds under a reply that wrote a calculation, or None when it wrote none.
+
+    It says the result, or plainly why there is none (a figure from nowhere, arithmetic it cannot do).
+    """
+    expression = calculation_of(reply)
+    if expression is None:
+        return None
+    if unknown := unknown_operands(expression, passages, question):
+        return f"{WORKED_OUT_LABEL} not computed: {', '.join(unknown)} is in none of the passages."
+    value = evaluate(expression)
+    if value is None:
+        return f"{WORKED_OUT_LABEL} not computed: the calculation is not plain arithmetic."
+    return f"{WORKED_OUT_LABEL} {expression} = {format_result(value, expression, question)}"
+
+
+def is_arithmetic_line(sentence: str) -> bool:
+    """A "Calculation:" or "Worked out:" line: arithmetic, not a claim a page could back."""
+    return bool(re.match(rf"^[\s*_#>-]*({CALCULATION_LABEL}|{WORKED_OUT_LABEL})", sentence, re.IGNORECASE))

@@ -1,0 +1,65 @@
+"""Arithmetic in code: which questions get it, what the model's calculation line may contain, how it is shown."""
+
+from __future__ import annotations
+
+import calc
+
+
+def test_questions_that_ask_for_arithmetic_and_ones_that_ask_for_a_printed_figure():
+    for question in [
+        "How many more Tweets are attributed to Germanwings than Lufthansa?",
+        "What is the average performance gap between ProgramFC and our system?",
+        "what is the FY2021 inventory turnover ratio for Nike?",
+        "what is total debt to total assets for costco in FY 2021?",
+        "By how much did revenue increase? Round your answer to one decimal place.",
+    ]:
+        assert calc.asks_calculation(question), question
+    for question in [
+        "What is total liabilities for costco in FY 2021?",
+        "How many membership warehouses did COSTCO operate at 2021?",
+        "Who chairs the audit committee?",
+    ]:
+        assert not calc.asks_calculation(question), question
+
+
+def test_the_calculation_is_read_without_the_result_or_markers_the_model_added():
+    reply = "Cost of sales 2021: 24,576 [2]\n**Calculation:** 24,576 / ((6,854 + 7,367) / 2) [1] = 1.37"
+    assert calc.calculation_of(reply) == "24,576 / ((6,854 + 7,367) / 2)"
+    assert calc.calculation_of("The documents do not say.") is None
+
+
+def test_only_plain_arithmetic_is_evaluated():
+    assert calc.evaluate("$1,200 - 800") == 400
+    assert calc.evaluate("(10 - 4) / 4") == 1.5
+    assert calc.evaluate("3 × 4 ÷ 2") == 6
+    assert calc.evaluate("-5 + 2") == -3
+    assert calc.evaluate("1 / 0") is None
+    assert calc.evaluate("__import__('os').getcwd()") is None
+    assert calc.evaluate("2 ** 100000") is None  # powers are not arithmetic a formula here needs
+    assert calc.evaluate("10 > 4") is None
+
+
+def test_the_result_is_rounded_as_asked_and_a_gap_of_percentages_stays_a_percentage():
+    assert calc.format_result(97.4012, "…", "Round your answer to two decimal places.") == "97.40"
+    assert calc.format_result(1.34433, "…", "round your answer to three decimal places") == "1.344"
+    assert calc.format_result(12.0, "59% - 47%", "") == "12%"
+    assert calc.format_result(0.45, "(1.2 + 0.9 + 0.3 + -0.6) / 4", "") == "0.45"
+    assert calc.format_result(1234567.0, "1,000,000 + 234,567", "") == "1,234,567"
+    assert calc.format_result(0.5, "50% / 100%", "") == "0.5"  # a ratio of percentages is a plain number
+
+
+def test_worked_out_uses_only_figures_from_the_passages_or_the_question():
+    passages = ["Germanwings 24 tweets", "Lufthansa 12 tweets"]
+    reply = "Germanwings: 24 [1]\nLufthansa: 12 [2]\nCalculation: 24 - 12"
+    assert calc.worked_out(reply, passages, "How many more?") == "Worked out: 24 - 12 = 12"
+    assert calc.worked_out("Calculation: 24 - 13", passages, "How many more?") == (
+        "Worked out: not computed: 13 is in none of the passages.")
+    assert calc.worked_out("Calculation: (24 + 12) / 2", passages, "What is the average?") == "Worked out: (24 + 12) / 2 = 18"
+    assert calc.worked_out("Calculation: sqrt(24)", passages, "?") == "Worked out: not computed: the calculation is not plain arithmetic."
+    assert calc.worked_out("Germanwings had 12 more.", passages, "How many more?") is None
+
+
+def test_arithmetic_lines_are_not_claims_about_a_page():
+    assert calc.is_arithmetic_line("Calculation: 24 - 12")
+    assert calc.is_arithmetic_line("**Worked out:** 24 - 12 = 12")
+    assert not calc.is_arithmetic_line("Germanwings: 24 [1]")
