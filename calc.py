@@ -92,13 +92,14 @@ def formulas_for(question: str) -> list[str]:
 
 
 def calculation_of(reply: str) -> str | None:
-    """The arithmetic the model wrote, without any result it added.
+    """The arithmetic the model wrote last, without any result it added.
 
     calculation_of("Sales: 10 [1]\\nCalculation: (10 - 4) / 4 = 1.5") -> "(10 - 4) / 4"
     """
-    match = _CALCULATION_LINE.search(reply)
-    if not match:
+    matches = list(_CALCULATION_LINE.finditer(reply))
+    if not matches:
         return None
+    match = matches[-1]  # a worked chain of steps ends with the one that gives the answer
     expression = re.sub(r"\[\d+(?:\s*,\s*\d+)*\]|[<>]", "", match.group("expr")).split("=")[0]
     return expression.strip(" *_`.") or None
 

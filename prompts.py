@@ -79,11 +79,10 @@ ANSWER_SHAPES = {
     "plain": "Answer in one to three sentences.",
     # The app works the arithmetic out itself (calc.py): small models copy figures well and compute badly.
     "calculate": (
-        "First list each figure you need on its own line, copied exactly from the sources, with what it is and its "
-        "source number, for example:\nNet sales 2021: 1,250 [2]\n"
-        "Then write the arithmetic on those figures on one line, with + - * / and parentheses, for example:\n"
-        "Calculation: 1,250 - 980\n"
-        "Use the figures from the sources, not the example's. Do not write the result: the app works it out."
+        "First list each figure you need, one per line, in this form:\n<what it is, with its year or group>: <figure> [n]\n"
+        "Copy each figure exactly from the sources. Then write one line in this form:\n"
+        "Calculation: <the arithmetic on those figures, with + - * / and parentheses>\n"
+        "Do not write the result: the app works it out."
     ),
 }
 
