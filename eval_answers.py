@@ -68,11 +68,12 @@ def gold_items(answer: str) -> list[str]:
 
 
 def item_found(item: str, said: str) -> bool:
-    """item_found("highest paid person's opinion", "hlghest paid person's opinion") -> True"""
+    """item_found("highest paid person's opinion", "hlghest paid person's opinion") -> True; item_found("12", "1250") -> False"""
     words = item.split()
     if len(words) >= 3:
         return sum(w in said.split() for w in words) / len(words) >= 0.8
-    return item in said
+    # whole words and figures only: a gold "12" is not found in "1250", nor "3.4" in "3.46"
+    return re.search(rf"(?<![\w.]){re.escape(item)}(?!\w|\.\d)", said) is not None
 
 
 def is_correct(question: dict, answer_text: str, refused: bool) -> bool:
