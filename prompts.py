@@ -79,7 +79,7 @@ ANSWER_SHAPES = {
     "plain": "Answer in one to three sentences.",
     # The app works the arithmetic out itself (calc.py): small models copy figures well and compute badly.
     "calculate": (
-        "First list each figure you need, one per line, in this form:\n<what it is, with its year or group>: <figure> [n]\n"
+        "First list each figure you need, one per line, in this form:\n<what it is, with its year or group>: <figure> [source number]\n"
         "Copy each figure exactly from the sources. Then write one line in this form:\n"
         "Calculation: <the arithmetic on those figures, with + - * / and parentheses>\n"
         "Do not write the result: the app works it out."

@@ -205,6 +205,17 @@ def could_be_refusal(text: str) -> bool:
     return refusal.startswith(said) or said.startswith(refusal.rstrip("."))
 
 
+def runs_away(text: str) -> bool:
+    """Has the reply fallen into a loop? Small models sometimes repeat a fragment until the token budget
+    ends ("[6,500] [10.500] [6,500] [10.500] …"), which costs minutes and shows nothing. True when the
+    reply ends with one fragment repeated over at least 120 characters (four times at least), or with
+    200 characters without a letter."""
+    tail = text[-600:]
+    if len(tail) >= 200 and not re.search(r"[^\W\d_]", tail[-200:]):
+        return True
+    return any(tail.endswith(tail[-period:] * max(4, -(-120 // period))) for period in range(8, 151))
+
+
 def retry_on_refusal(sources: list[Hit]) -> bool:
     """Ask again, of the best passage alone, after a refusal when that passage is a close match to the question."""
     return config.RETRY_MIN_SIMILARITY > 0 and bool(sources) and sources[0].trace.get("semantic_score", 0.0) >= config.RETRY_MIN_SIMILARITY
@@ -352,12 +363,17 @@ def ask(
 
     def model_pieces(shown: list[Hit]) -> Iterator[str]:
         try:
+            text = ""
             for chunk in llm.stream(build_messages(asked, shown, history)):
                 if answer.first_token_seconds is None:
                     answer.first_token_seconds = time.perf_counter() - t0
                     log.info("First token after %.2fs", answer.first_token_seconds)
                     stage("Writing…")
                 yield chunk.content
+                text += chunk.content
+                if runs_away(text):
+                    log.warning("The reply repeats itself; stopped after %d characters", len(text))
+                    return
         except Exception as err:  # any transport or server failure mid-answer
             raise models.ModelUnavailableError(models.explain_failure(err)) from err
 

@@ -565,3 +565,15 @@ def test_a_calculation_is_worked_out_in_code_and_its_figures_are_checked(store, 
     invented = qa.answer_question(question, retriever, llm=models.get_chat_model())
     assert invented.text.endswith("Worked out: not computed: 13 is in none of the passages.")
     assert invented.sentences[1].supported is False  # the invented figure is flagged where it is claimed
+
+
+def test_a_reply_that_repeats_itself_is_stopped(facts, ollama_chat, monkeypatch):
+    """A small model can loop until its token budget ends; the loop is cut off, not waited for."""
+    monkeypatch.setattr(ollama_chat, "models", ["llama3.2:3b"])
+    monkeypatch.setattr(ollama_chat, "replies", ["The railway reached the town in 1889 [1]. " + "[6,500] [10.500] [30,000] " * 200])
+    retriever, _ = facts
+    answer = qa.answer_question("When did the railway reach the town?", retriever, llm=models.get_chat_model())
+    assert answer.text.startswith("The railway reached the town in 1889 [1].") and len(answer.text) < 400
+    assert answer.citations[0].page == 3 and answer.citations[0].verified
+    assert qa.runs_away("[76] [77] [78] [79] " * 12)  # 200 characters without a letter
+    assert not qa.runs_away("| Net sales | 0 | 0 | 0 | 0 |") and not qa.runs_away("Revenue grew. " * 3)
