@@ -35,8 +35,7 @@ WORKED_OUT_LABEL = "Worked out:"
 # Words that ask for arithmetic on figures, not for a figure the page prints. Line items such as
 # "total liabilities" are read off a statement, so "total" alone is not one of them.
 _ASKS_CALCULATION = re.compile(
-    r"\b(how (many|much) (more|fewer|less|higher|lower|bigger|smaller)|gap|difference in|sum of|summed|combined|"
-    r"in total|altogether|add(ed)? up|average|mean|ratio|turnover|margin|cash conversion cycle|ebitda|"
+    r"\b(how (many|much) (more|fewer|less|higher|lower|bigger|smaller)|gap|difference in|sum of|summed|average|mean|ratio|turnover|margin|cash conversion cycle|ebitda|"
     r"return on (assets|equity|invested capital)|free cash flow|percentage (change|increase|decrease|points?)|"
     r"growth rate|(increase|decrease|grow|grew|rise|rose|fall|fell|drop|dropp?ed)d? by|decimal places?|"
     r"round(ed)? (your|the) answer|"
@@ -45,6 +44,10 @@ _ASKS_CALCULATION = re.compile(
     r"(debt|liabilities|assets|equity|capital|ebitda|sales|revenues?))\b",
     re.IGNORECASE,
 )
+# "In total" asks for a sum of figures ("How much was spent in total?") or for a count of things
+# ("How many people are there in total?"); a count is read off the page, not worked out.
+_ASKS_TOTAL = re.compile(r"\b(combined|in total|altogether|add(ed)? up)\b", re.IGNORECASE)
+_ASKS_COUNT = re.compile(r"\bhow many\b", re.IGNORECASE)
 # Standard definitions of the measures analysts ask for. The model is told the formula with the question,
 # so it knows which figures to fetch; "average" balances are this year's and last year's, halved.
 FORMULAS = {
@@ -81,8 +84,10 @@ _OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.m
 
 def asks_calculation(question: str) -> bool:
     """asks_calculation("How many more tweets did Germanwings get than Lufthansa?") -> True;
-    asks_calculation("What is total liabilities for Costco in FY2021?") -> False"""
-    return bool(_ASKS_CALCULATION.search(question) or formulas_for(question))
+    asks_calculation("What is total liabilities for Costco in FY2021?") -> False;
+    asks_calculation("How many people are there in total?") -> False (a count)"""
+    asks_sum = _ASKS_TOTAL.search(question) and not _ASKS_COUNT.search(question)
+    return bool(_ASKS_CALCULATION.search(question) or asks_sum or formulas_for(question))
 
 
 def formulas_for(question: str) -> list[str]:

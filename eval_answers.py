@@ -79,7 +79,7 @@ def item_found(item: str, said: str) -> bool:
 def is_correct(question: dict, answer_text: str, refused: bool) -> bool:
     if not question["pages"]:
         return refused
-    said = normalise(answer_text)
+    said = normalise(re.sub(r"\[\d+\]", " ", answer_text))  # a marker "[6]" is not the figure 6
     return not refused and all(item_found(item, said) for item in gold_items(question["answer"]))
 
 

@@ -79,10 +79,10 @@ ANSWER_SHAPES = {
     "plain": "Answer in one to three sentences.",
     # The app works the arithmetic out itself (calc.py): small models copy figures well and compute badly.
     "calculate": (
-        "First list each figure you need, one per line, in this form:\n<what it is, with its year or group>: <figure> [source number]\n"
-        "Copy each figure exactly from the sources. Then write one line in this form:\n"
-        "Calculation: <the arithmetic on those figures, with + - * / and parentheses>\n"
-        "Do not write the result: the app works it out."
+        "List each figure you need on its own line: what it is, its year or group, the figure exactly as the "
+        "source prints it, and the source number. Then write one line that starts with \"Calculation:\" and "
+        "gives the arithmetic on those figures with + - * / and parentheses. Do not write the result: the app "
+        f"works it out. If the sources do not give every figure you need, say exactly: \"{REFUSAL}\""
     ),
 }
 

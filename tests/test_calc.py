@@ -12,12 +12,14 @@ def test_questions_that_ask_for_arithmetic_and_ones_that_ask_for_a_printed_figur
         "what is the FY2021 inventory turnover ratio for Nike?",
         "what is total debt to total assets for costco in FY 2021?",
         "By how much did revenue increase? Round your answer to one decimal place.",
+        "How much was spent on research and marketing combined?",
     ]:
         assert calc.asks_calculation(question), question
     for question in [
         "What is total liabilities for costco in FY 2021?",
         "How many membership warehouses did COSTCO operate at 2021?",
         "Who chairs the audit committee?",
+        "How many people are there in total in the leadership team and the staff?",
     ]:
         assert not calc.asks_calculation(question), question
 
