@@ -191,6 +191,15 @@ def worked_out(reply: str, passages: list[str], question: str) -> str | None:
     return f"{WORKED_OUT_LABEL} {expression} = {format_result(value, expression, question)}"
 
 
+def result_of(answer: str) -> str | None:
+    """The result the app worked out under an answer, or None when it computed none.
+
+    result_of("Sales: 10 [1]\nWorked out: 10 - 4 = 6") -> "6"
+    """
+    computed = re.findall(rf"^{WORKED_OUT_LABEL} (?!not computed).* = (.+)$", answer, re.MULTILINE)
+    return computed[-1] if computed else None
+
+
 def is_arithmetic_line(sentence: str) -> bool:
     """A "Calculation:" or "Worked out:" line: arithmetic, not a claim a page could back."""
     return bool(re.match(rf"^[\s*_#>-]*({CALCULATION_LABEL}|{WORKED_OUT_LABEL})", sentence, re.IGNORECASE))

@@ -38,6 +38,7 @@ import sys
 import time
 from pathlib import Path
 
+import calc
 import checker
 import config
 import context
@@ -79,7 +80,8 @@ def item_found(item: str, said: str) -> bool:
 def is_correct(question: dict, answer_text: str, refused: bool) -> bool:
     if not question["pages"]:
         return refused
-    said = normalise(re.sub(r"\[\d+\]", " ", answer_text))  # a marker "[6]" is not the figure 6
+    # A worked-out result is the answer, not the figures it came from; a marker "[6]" is not the figure 6.
+    said = normalise(calc.result_of(answer_text) or re.sub(r"\[\d+\]", " ", answer_text))
     return not refused and all(item_found(item, said) for item in gold_items(question["answer"]))
 
 

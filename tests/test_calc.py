@@ -65,3 +65,9 @@ def test_arithmetic_lines_are_not_claims_about_a_page():
     assert calc.is_arithmetic_line("Calculation: 24 - 12")
     assert calc.is_arithmetic_line("**Worked out:** 24 - 12 = 12")
     assert not calc.is_arithmetic_line("Germanwings: 24 [1]")
+
+
+def test_the_worked_out_result_is_read_back_only_when_it_was_computed():
+    assert calc.result_of("Sales: 10 [1]\nWorked out: 10 - 4 = 6") == "6"
+    assert calc.result_of("Worked out: not computed: 14, 13 is in none of the passages.") is None
+    assert calc.result_of("The documents do not say.") is None

@@ -76,6 +76,7 @@ def test_the_answer_judge_ignores_digit_grouping_and_tolerates_one_typo_in_long_
     assert not eval_answers.is_correct({"pages": [3], "answer": "12"}, "Net sales 2021: 1,250 [2]", False)
     assert not eval_answers.is_correct({"pages": [3], "answer": "3.4"}, "The ratio is 3.46.", False)
     assert not eval_answers.is_correct({"pages": [3], "answer": "6"}, "The total is 29,274.75 [1][6].", False)
+    assert not eval_answers.is_correct({"pages": [3], "answer": "2"}, "Quiz: 2 [1]\nWorked out: 2 + 2 + 2 = 6", False)
     assert eval_answers.is_correct({"pages": [], "answer": "Not answerable"}, "The documents do not say.", True)
 
 
