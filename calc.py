@@ -74,6 +74,7 @@ FORMULAS = {
 _FORMULAS = [(re.compile(pattern, re.IGNORECASE), formula) for pattern, formula in FORMULAS.items()]
 _DECIMALS = re.compile(r"\b(one|two|three|four|\d) decimal places?\b", re.IGNORECASE)
 _WORD_DIGITS = {"one": 1, "two": 2, "three": 3, "four": 4}
+_OPERATOR = re.compile(r"\d\s*[-+*/×÷−–x]\s*[\d($(]")
 _CALCULATION_LINE = re.compile(r"^[\s*_#>-]*calculation\s*[:：]\s*(?P<expr>.+)$", re.IGNORECASE | re.MULTILINE)
 _FIGURE = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)?|\.\d+")
 # Constants a formula may bring that no page prints: halves for an average, 100 for a percentage,
@@ -99,14 +100,17 @@ def formulas_for(question: str) -> list[str]:
 def calculation_of(reply: str) -> str | None:
     """The arithmetic the model wrote last, without any result it added.
 
-    calculation_of("Sales: 10 [1]\\nCalculation: (10 - 4) / 4 = 1.5") -> "(10 - 4) / 4"
+    calculation_of("Sales: 10 [1]\\nCalculation: (10 - 4) / 4 = 1.5") -> "(10 - 4) / 4";
+    calculation_of("Calculation: cash ratio = 9,889 / 26,291 = 0.38") -> "9,889 / 26,291"
     """
     matches = list(_CALCULATION_LINE.finditer(reply))
     if not matches:
         return None
     match = matches[-1]  # a worked chain of steps ends with the one that gives the answer
-    expression = re.sub(r"\[\d+(?:\s*,\s*\d+)*\]|[<>]", "", match.group("expr")).split("=")[0]
-    return expression.strip(" *_`.") or None
+    line = re.sub(r"\[\d+(?:\s*,\s*\d+)*\]|[<>]", "", match.group("expr"))
+    steps = [step.strip(" *_`.") for step in line.split("=")]
+    # "cash ratio = 9,889 / 26,291 = 0.38": the first step that is arithmetic, not the measure's name
+    return next((step for step in steps if evaluate(step) is not None and _OPERATOR.search(step)), steps[0] or None)
 
 
 def _as_python(expression: str) -> str:

@@ -403,6 +403,10 @@ def ask(
         for piece in reply:
             text += piece
             yield piece
+        # A reply that says the documents lack the answer and then calculates anyway (the 1.5B model does)
+        # has refused: its figures were ones it could not find.
+        if is_refusal(text):
+            return
         if line := calc.worked_out(text, [h.text for h in answer.sources], asked):
             yield f"\n\n{line}"
 

@@ -28,6 +28,7 @@ def test_the_calculation_is_read_without_the_result_or_markers_the_model_added()
     reply = "Cost of sales 2021: 24,576 [2]\n**Calculation:** 24,576 / ((6,854 + 7,367) / 2) [1] = 1.37"
     assert calc.calculation_of(reply) == "24,576 / ((6,854 + 7,367) / 2)"
     assert calc.calculation_of("The documents do not say.") is None
+    assert calc.calculation_of("Calculation: cash ratio = $9,889 / $26,291 = 0.38") == "$9,889 / $26,291"
 
 
 def test_only_plain_arithmetic_is_evaluated():

@@ -554,6 +554,7 @@ def test_a_calculation_is_worked_out_in_code_and_its_figures_are_checked(store, 
     monkeypatch.setattr(ollama_chat, "replies", [
         "Germanwings tweets: 24 [1]\nLufthansa tweets: 12 [1]\nCalculation: 24 - 12 = 10",
         "Germanwings tweets: 24 [1]\nLufthansa tweets: 13 [1]\nCalculation: 24 - 13",
+        "The documents do not say.\n\nCalculation: tweets gap = 24 - 5 = 19",
     ])
     monkeypatch.setattr(ollama_chat, "chats", [])
     retriever, question = Retriever(store, embedder), "How many more tweets did Germanwings post than Lufthansa?"
@@ -567,6 +568,9 @@ def test_a_calculation_is_worked_out_in_code_and_its_figures_are_checked(store, 
     invented = qa.answer_question(question, retriever, llm=models.get_chat_model())
     assert invented.text.endswith("Worked out: not computed: 13 is in none of the passages.")
     assert invented.sentences[1].supported is False  # the invented figure is flagged where it is claimed
+
+    refused = qa.answer_question(question, retriever, llm=models.get_chat_model())
+    assert refused.refused and "Worked out" not in refused.text  # a reply that refuses gets no result
 
 
 def test_a_reply_that_repeats_itself_is_stopped(facts, ollama_chat, monkeypatch):
