@@ -82,7 +82,7 @@ ANSWER_SHAPES = {
         "List each figure you need on its own line: what it is, its year or group, the figure exactly as the "
         "source prints it, and the source number. Then write one line that starts with \"Calculation:\" and "
         "gives the arithmetic on those figures with + - * / and parentheses. Do not write the result: the app "
-        f"works it out. If the sources do not give every figure you need, say exactly: \"{REFUSAL}\""
+        "works it out."
     ),
 }
 
