@@ -395,7 +395,9 @@ def ask(
                 yield quoted
                 return
             answer.second_look = "refused again"
-        yield held
+        # What follows "The documents do not say." is not an answer: the 1.5B model goes on to guess
+        # (a calculation with figures it just said it could not find).
+        yield prompts.REFUSAL if is_refusal(held) else held
 
     def with_worked_out(reply: Iterator[str]) -> Iterator[str]:
         """The reply, then the result of the calculation it wrote, worked out in code (calc.py)."""
