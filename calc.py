@@ -198,7 +198,7 @@ def worked_out(reply: str, passages: list[str], question: str) -> str | None:
 def result_of(answer: str) -> str | None:
     """The result the app worked out under an answer, or None when it computed none.
 
-    result_of("Sales: 10 [1]\nWorked out: 10 - 4 = 6") -> "6"
+    result_of("Sales: 10 [1]\\nWorked out: 10 - 4 = 6") -> "6"
     """
     computed = re.findall(rf"^{WORKED_OUT_LABEL} (?!not computed).* = (.+)$", answer, re.MULTILINE)
     return computed[-1] if computed else None
