@@ -5,6 +5,7 @@
       -> follow-up?                the LLM rewrites it into a standalone search query
       -> retriever.search()        top-k pages, each as its best passage
       -> nothing relevant?         fixed "not found" reply and the nearest passages, no LLM call
+      -> a financial measure?      worked out from the statement pages' own lines (statements.py), no LLM
       -> context.choose_context()  what of those pages the model reads: their best sentences and rows
       -> number the passages [1]..[k] and fit them in the model's context (lowest-ranked dropped first)
       -> stream the LLM's answer   (an AnswerStream: iterate it for tokens, read .result after)
@@ -28,7 +29,7 @@ import re
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from langchain_core.language_models import BaseChatModel
@@ -41,6 +42,7 @@ import context
 import ingest
 import models
 import prompts
+import statements
 from checker import CheckedSentence, Citation, strip_markers, verify_answer
 from question import parse_question
 from retriever import Hit, Retriever, tokenize
@@ -321,6 +323,22 @@ def _fixed(answer: Answer, text: str) -> AnswerStream:
     return AnswerStream(iter([text]), finish)
 
 
+def measure_from_statements(question: str, hits: list[Hit], retriever: Retriever) -> tuple[str, list[Hit]] | None:
+    """A financial measure read off the statement pages among the hits (statements.py), and the pages it cites.
+
+    Only the top hit's document is read: one measure comes from one company's statements.
+    """
+    if not statements.measure_asked(question):
+        return None
+    document = [h for h in hits if h.collection == hits[0].collection]
+    pages = list({h.page: h for h in document}.values())
+    whole = [context.page_text(retriever.page_passages(h.collection, h.page)) for h in pages]
+    if not (worked := statements.work_out(question, whole)):
+        return None
+    text, cited = worked
+    return text, [replace(pages[i], start=0, end=len(whole[i]), text=whole[i]) for i in cited]
+
+
 def ask(
     question: str,
     retriever: Retriever,
@@ -355,7 +373,23 @@ def ask(
         log.info("Refused without the LLM: best similarity %.3f < %.3f", best, config.REFUSAL_MIN_SIMILARITY)
         answer.refused, answer.sources = True, hits
         return _fixed(answer, prompts.NOT_FOUND)
+
+    def finish(text: str) -> Answer:
+        stage("Checking the citations…")
+        answer.text = text.strip()
+        answer.sentences = verify_answer(answer.text, answer.sources, retriever.embedder, question)
+        judged = [s for s in answer.sentences if s.supported is not None]
+        answer.confidence = round(sum(s.supported for s in judged) / len(judged), 2) if judged else None
+        answer.refused = is_refusal(answer.text)
+        answer.seconds = time.perf_counter() - t0
+        log.info("Answered in %.1fs, confidence %s", answer.seconds, answer.confidence)
+        return answer
+
     asked = question_for_prompt(question)  # the retriever searched the question without these instructions
+    if worked := measure_from_statements(asked, hits, retriever):
+        stage("Working it out from the statements…")
+        text, answer.sources = worked
+        return AnswerStream(iter([text]), finish)
     passages = context.choose_context(query, hits, retriever)
     sources = fit_sources(asked, passages, history, lambda text: models.count_tokens(llm, text), config.LLM_N_CTX, config.LLM_MAX_TOKENS)
     answer.sources = sources
@@ -411,17 +445,6 @@ def ask(
             return
         if line := calc.worked_out(text, [h.text for h in answer.sources], asked):
             yield f"\n\n{line}"
-
-    def finish(text: str) -> Answer:
-        stage("Checking the citations…")
-        answer.text = text.strip()
-        answer.sentences = verify_answer(answer.text, answer.sources, retriever.embedder, question)
-        judged = [s for s in answer.sentences if s.supported is not None]
-        answer.confidence = round(sum(s.supported for s in judged) / len(judged), 2) if judged else None
-        answer.refused = is_refusal(answer.text)
-        answer.seconds = time.perf_counter() - t0
-        log.info("Answered in %.1fs, confidence %s", answer.seconds, answer.confidence)
-        return answer
 
     return AnswerStream(with_worked_out(pieces()), finish)
 

@@ -573,6 +573,29 @@ def test_a_calculation_is_worked_out_in_code_and_its_figures_are_checked(store, 
     assert refused.refused and refused.text == prompts.REFUSAL  # the guess after the refusal is not shown
 
 
+def test_a_financial_measure_is_read_off_the_statement_without_the_model(store, embedder, ollama_chat, monkeypatch, tmp_path):
+    """The 1.5B model picks the wrong lines to compute a ratio with; the app reads the statement's lines itself."""
+    from test_statements import BALANCE_SHEET
+
+    pdf = write_text_pdf(tmp_path / "acme-10k.pdf", [
+        "Item 7. Management's discussion. Liquidity remained strong and the current ratio improved.",
+        BALANCE_SHEET,
+    ])
+    ingest.ingest_pdf(pdf, store, embedder)
+    monkeypatch.setattr(ollama_chat, "models", ["llama3.2:3b"])
+    monkeypatch.setattr(ollama_chat, "replies", ["The current ratio is 1.5 [1]."])
+    monkeypatch.setattr(ollama_chat, "chats", [])
+    answer = qa.answer_question("What is the current ratio for FY2021?", Retriever(store, embedder), llm=models.get_chat_model())
+    assert answer.text.splitlines() == [
+        "Total current assets, 2021: 26,291 [1]",
+        "Total current liabilities, 2021: 9,674 [1]",
+        "Worked out: current ratio = 26,291 / 9,674 = 2.72",
+    ]
+    assert ollama_chat.chats == []  # no model call
+    assert [(c.page, c.verified) for c in answer.citations] == [(2, True)]
+    assert all(s.supported for s in answer.sentences[:2]) and answer.sentences[2].supported is None
+
+
 def test_a_reply_that_repeats_itself_is_stopped(facts, ollama_chat, monkeypatch):
     """A small model can loop until its token budget ends; the loop is cut off, not waited for."""
     monkeypatch.setattr(ollama_chat, "models", ["llama3.2:3b"])

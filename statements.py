@@ -1,0 +1,175 @@
+"""Work out a financial measure from the statements themselves, without the model.
+
+The 1.5B model finds the right statement pages and still picks the wrong lines to compute with (gross
+profit for cost of sales, long-term debt for total debt). A balance sheet or income statement is a
+list of line items, each a label and one figure per year, so for the textbook measures the app can
+read the lines itself:
+
+    page text  -> line_items()      "Total current assets" -> [26291, 20556], one figure per year column
+               -> year_columns()    the years the page's columns are headed with ("2021", "2020")
+    question   -> measure_asked()   which measure ("current ratio") and its expression over line items
+               -> work_out()        each item found on a retrieved page, this year's column (or the
+                                    year the question names) and, for averages, the year before;
+                                    the answer lists every figure with its source, then the result
+
+Only what the page prints is used: a measure with a missing line, or pages without year columns,
+returns None and the question goes to the model as before.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import calc
+from retriever import statements_headed
+
+# Line items by the labels filings print for them (US 10-K wording; "merchandise" is a retailer's).
+ITEMS = {
+    "current_assets": r"total current assets",
+    "current_liabilities": r"total current liabilities",
+    "cash": r"cash and (?:cash )?equivalents",
+    "short_term_investments": r"short-term investments",
+    "receivables": r"(?:accounts )?receivables?, net|accounts receivable",
+    "inventories": r"(?:merchandise )?inventories",
+    "payables": r"accounts payable",
+    "total_assets": r"total assets",
+    "revenues": r"total revenues?|revenues?|net sales",
+    "cost_of_sales": r"cost of (?:sales|goods sold|revenues?)|merchandise costs",
+    "operating_income": r"operating income|income from operations",
+    "net_income": r"net income(?: including noncontrolling interests)?",
+    "depreciation": r"depreciation and amortization",
+    "operating_cash_flow": r"net cash provided by operating activities",
+}
+_ITEMS = {name: re.compile(rf"(?:{pattern})\W*", re.IGNORECASE) for name, pattern in ITEMS.items()}
+
+# The measures of calc.FORMULAS that are plain arithmetic on line items; "@prior" is last year's column.
+MEASURES = {
+    r"current ratio": "current_assets / current_liabilities",
+    r"quick ratio|acid[- ]test": "(cash + short_term_investments + receivables) / current_liabilities",
+    r"cash ratio": "cash / current_liabilities",
+    r"inventory turnover": "cost_of_sales / ((inventories + inventories@prior) / 2)",
+    r"receiv\w* turnover": "revenues / ((receivables + receivables@prior) / 2)",
+    r"payables? turnover": "cost_of_sales / ((payables + payables@prior) / 2)",
+    r"asset turnover": "revenues / ((total_assets + total_assets@prior) / 2)",
+    r"cash conversion cycle": "365 / (cost_of_sales / ((inventories + inventories@prior) / 2)) + 365 / (revenues / "
+    "((receivables + receivables@prior) / 2)) - 365 / (cost_of_sales / ((payables + payables@prior) / 2))",
+    r"gross (?:profit )?margin": "(revenues - cost_of_sales) / revenues",
+    r"operating margin": "operating_income / revenues",
+    r"net (?:profit )?margin": "net_income / revenues",
+    r"\bebitda\b": "operating_income + depreciation",
+}
+_MEASURES = [(re.compile(pattern, re.IGNORECASE), expression) for pattern, expression in MEASURES.items()]
+_ITEM_NAME = re.compile(r"[a-z_]+(?:@prior)?")
+_VALUE_LINE = re.compile(r"^\$?\s*(\(?-?[\d,]+(?:\.\d+)?\)?|—|-)\s*\$?\s*%?$")
+_YEAR = re.compile(r"^(?:fiscal |fy\s?)?((?:19|20)\d\d)$", re.IGNORECASE)
+
+
+@dataclass
+class Figure:
+    """One line item read off a page: what it is, the year of its column, the figure as printed."""
+
+    item: str
+    label: str
+    year: str
+    printed: str
+    value: float
+    source: int  # index of the page it was read from
+
+
+def _number(printed: str) -> float:
+    """_number("(1,234)") -> -1234.0; a dash is zero."""
+    if printed in ("—", "-"):
+        return 0.0
+    value = float(printed.strip("()").replace(",", ""))
+    return -value if printed.startswith("(") else value
+
+
+def line_items(text: str) -> list[tuple[str, list[str]]]:
+    """The page's lines as (label, figures printed under it), the text layer's one cell per line.
+
+    line_items("Inventories\\n6,854 \\n7,367 \\nTotal current assets\\n$\\n26,291 $\\n20,556") ->
+    [("Inventories", ["6,854", "7,367"]), ("Total current assets", ["26,291", "20,556"])]
+    """
+    items: list[tuple[str, list[str]]] = []
+    for line in (line.strip() for line in text.splitlines()):
+        if not line or line == "$":
+            continue
+        if (value := _VALUE_LINE.match(line)) and items:
+            items[-1][1].append(value.group(1))
+        elif not value:
+            items.append((line.rstrip(":"), []))
+    return [(label, figures) for label, figures in items if figures]
+
+
+def year_columns(text: str) -> list[str]:
+    """The years heading the page's columns, in order: the lines that are a year alone, before the first figure.
+
+    year_columns("BALANCE SHEETS\nAugust 29,\n2021\nAugust 30,\n2020\nCash\n$\n11,258") -> ["2021", "2020"]
+    """
+    years: list[str] = []
+    for line in (line.strip() for line in text.splitlines()):
+        if match := _YEAR.match(line):
+            years.append(match.group(1))
+        elif _VALUE_LINE.match(line) and line != "$":
+            break
+    return years if len(years) >= 2 else []
+
+
+def measure_asked(question: str) -> tuple[str, str] | None:
+    """measure_asked("What is cash_ratio in FY2021 for Nike?") -> ("cash ratio", "cash / current_liabilities")"""
+    text = re.sub(r"[\s_]+", " ", question)
+    for pattern, expression in _MEASURES:
+        if match := pattern.search(text):
+            return match.group(0), expression
+    return None
+
+
+def _year_asked(question: str) -> str | None:
+    match = re.search(r"\b(?:fy\s?|fiscal (?:year )?)?((?:19|20)\d\d)\b", question, re.IGNORECASE)
+    return match.group(1) if match else None
+
+
+def find_figure(item: str, prior: bool, pages: list[str], year: str | None) -> Figure | None:
+    """The first statement page (in retrieval order) whose columns carry the year and which prints the item."""
+    for source, text in enumerate(pages):
+        if not statements_headed(text):  # a measure is computed from the statements, not from a summary table
+            continue
+        years = year_columns(text)
+        column = years.index(year) if year in years else (0 if years and year is None else None)
+        if column is None:
+            continue
+        column += 1 if prior else 0
+        for label, figures in line_items(text):
+            if _ITEMS[item].fullmatch(label) and column < len(figures) and column < len(years):
+                return Figure(item, label, years[column], figures[column], _number(figures[column]), source)
+    return None
+
+
+def work_out(question: str, pages: list[str]) -> tuple[str, list[int]] | None:
+    """The answer to a measure question worked out from the statement pages, and which pages it cites.
+
+    ``pages`` are whole page texts in retrieval order. Returns the answer text, whose markers [1], [2], …
+    number the cited pages in the order of the returned indexes, or None when any figure is missing.
+    """
+    asked = measure_asked(question)
+    if asked is None:
+        return None
+    name, expression = asked
+    year = _year_asked(question)
+    figures: dict[str, Figure] = {}
+    for token in set(_ITEM_NAME.findall(expression)):
+        figure = find_figure(token.split("@")[0], token.endswith("@prior"), pages, year)
+        if figure is None:
+            return None
+        figures[token] = figure
+    arithmetic = _ITEM_NAME.sub(lambda m: figures[m.group(0)].printed, expression)
+    value = calc.evaluate(arithmetic)
+    if value is None:
+        return None
+    cited = sorted({f.source for f in figures.values()})
+    marker = {source: number for number, source in enumerate(cited, start=1)}
+    in_order = sorted(figures.values(), key=lambda f: (f.source, f.item, f.year))
+    lines = [f"{f.label}, {f.year}: {f.printed} [{marker[f.source]}]" for f in in_order]
+    result = calc.format_result(value, arithmetic, question)
+    return "\n".join([*lines, f"{calc.WORKED_OUT_LABEL} {name} = {arithmetic} = {result}"]), cited

@@ -1,0 +1,48 @@
+"""A financial measure read off a statement's own lines: which line, which year column, what result."""
+
+from __future__ import annotations
+
+import statements
+
+BALANCE_SHEET = "\n".join([
+    "ACME, INC.", "CONSOLIDATED BALANCE SHEETS", "MAY 31,", "(In millions)", "2021", "2020", "ASSETS",
+    "Current assets:", "Cash and equivalents", "$", "9,889 $", "8,348", "Accounts receivable, net", "4,463", "2,749",
+    "Inventories", "6,854", "7,367", "Total current assets", "26,291", "20,556",
+    "Current liabilities:", "Accounts payable", "2,836", "2,248", "Total current liabilities", "9,674", "8,284",
+])
+INCOME_STATEMENT = "\n".join([
+    "ACME, INC.", "CONSOLIDATED STATEMENTS OF INCOME", "52 Weeks Ended", "52 Weeks Ended", "August 29,", "2021",
+    "August 30,", "2020", "Revenues", "$", "44,538 $", "37,403", "Cost of sales", "24,576", "21,162",
+    "Operating income", "(1,200)", "—",
+])
+SUMMARY = "Highlights\nRevenues\n40\nup 19% on the year\nTotal current assets\n1"
+
+
+def test_a_statement_page_is_read_as_labels_with_one_figure_per_year_column():
+    items = dict(statements.line_items(BALANCE_SHEET))
+    assert items["Total current assets"] == ["26,291", "20,556"] and items["Cash and equivalents"] == ["9,889", "8,348"]
+    assert statements.year_columns(BALANCE_SHEET) == ["2021", "2020"]
+    assert statements.year_columns(INCOME_STATEMENT) == ["2021", "2020"]  # a date line between the years
+    assert dict(statements.line_items(INCOME_STATEMENT))["Operating income"] == ["(1,200)", "—"]
+
+
+def test_a_measure_is_worked_out_from_the_year_asked_and_cites_the_pages_it_read():
+    pages = [SUMMARY, INCOME_STATEMENT, BALANCE_SHEET]  # a summary page ranked first is not a statement
+    text, cited = statements.work_out("What is the FY2021 inventory turnover? Round to two decimal places.", pages)
+    assert cited == [1, 2]
+    assert text.splitlines() == [
+        "Cost of sales, 2021: 24,576 [1]",
+        "Inventories, 2020: 7,367 [2]",
+        "Inventories, 2021: 6,854 [2]",
+        "Worked out: inventory turnover = 24,576 / ((6,854 + 7,367) / 2) = 3.46",
+    ]
+    current, _ = statements.work_out("What was the current ratio in fiscal 2020?", pages)
+    assert current.endswith("current ratio = 20,556 / 8,284 = 2.48")
+
+
+def test_a_measure_with_a_line_the_pages_lack_is_left_to_the_model():
+    pages = [INCOME_STATEMENT, BALANCE_SHEET]
+    assert statements.work_out("What is the quick ratio for 2021?", pages) is None  # no short-term investments line
+    assert statements.work_out("What is the current ratio for 2019?", pages) is None  # no 2019 column
+    assert statements.work_out("What is the current ratio?", [SUMMARY]) is None
+    assert statements.work_out("Who chairs the audit committee?", pages) is None
