@@ -117,10 +117,13 @@ def year_columns(text: str) -> list[str]:
 
 
 def measure_asked(question: str) -> tuple[str, str] | None:
-    """measure_asked("What is cash_ratio in FY2021 for Nike?") -> ("cash ratio", "cash / current_liabilities")"""
+    """measure_asked("What is cash_ratio in FY2021 for Nike?") -> ("cash ratio", "cash / current_liabilities");
+    measure_asked("What is total debt to EBITDA?") -> None (a ratio the measure is only part of)"""
     text = re.sub(r"[\s_]+", " ", question)
     for pattern, expression in _MEASURES:
-        if match := pattern.search(text):
+        match = pattern.search(text)
+        # "total debt to EBITDA" asks a ratio of which EBITDA is only a part
+        if match and not re.search(r"\bto\s+$", text[: match.start()]) and not re.match(r"\s+to\b", text[match.end() :]):
             return match.group(0), expression
     return None
 

@@ -46,3 +46,5 @@ def test_a_measure_with_a_line_the_pages_lack_is_left_to_the_model():
     assert statements.work_out("What is the current ratio for 2019?", pages) is None  # no 2019 column
     assert statements.work_out("What is the current ratio?", [SUMMARY]) is None
     assert statements.work_out("Who chairs the audit committee?", pages) is None
+    assert statements.measure_asked("What is total debt to EBITDA ratio in FY2021?") is None
+    assert statements.measure_asked("What is EBITDA to interest expense?") is None
