@@ -24,24 +24,24 @@ from dataclasses import dataclass
 import calc
 from retriever import statements_headed
 
-# Line items by the labels filings print for them (US 10-K wording; "merchandise" is a retailer's).
+# Line items by the labels filings print for them, preferred first (US 10-K wording; "merchandise" is a
+# retailer's): a retailer's "Total revenue" includes membership fees that its "Net sales" leave out.
 ITEMS = {
-    "current_assets": r"total current assets",
-    "current_liabilities": r"total current liabilities",
-    "cash": r"cash and (?:cash )?equivalents",
-    "short_term_investments": r"short-term investments",
-    "receivables": r"(?:accounts )?receivables?, net|accounts receivable",
-    "inventories": r"(?:merchandise )?inventories",
-    "payables": r"accounts payable",
-    "total_assets": r"total assets",
-    "revenues": r"total revenues?|revenues?|net sales",
-    "cost_of_sales": r"cost of (?:sales|goods sold|revenues?)|merchandise costs",
-    "operating_income": r"operating income|income from operations",
-    "net_income": r"net income(?: including noncontrolling interests)?",
-    "depreciation": r"depreciation and amortization",
-    "operating_cash_flow": r"net cash provided by operating activities",
+    "current_assets": ["total current assets"],
+    "current_liabilities": ["total current liabilities"],
+    "cash": ["cash and (?:cash )?equivalents"],
+    "short_term_investments": ["short-term investments"],
+    "receivables": ["(?:accounts )?receivables?, net", "accounts receivable"],
+    "inventories": ["(?:merchandise )?inventories"],
+    "payables": ["accounts payable"],
+    "total_assets": ["total assets"],
+    "revenues": ["total revenues?", "revenues?", "net sales"],
+    "cost_of_sales": ["cost of (?:sales|goods sold|revenues?)", "merchandise costs"],
+    "operating_income": ["operating income", "income from operations"],
+    "net_income": ["net income", "net income including noncontrolling interests"],
+    "depreciation": ["depreciation and amortization"],
 }
-_ITEMS = {name: re.compile(rf"(?:{pattern})\W*", re.IGNORECASE) for name, pattern in ITEMS.items()}
+_ITEMS = {name: [re.compile(rf"{label}\W*", re.IGNORECASE) for label in labels] for name, labels in ITEMS.items()}
 
 # The measures of calc.FORMULAS that are plain arithmetic on line items; "@prior" is last year's column.
 MEASURES = {
@@ -143,9 +143,11 @@ def find_figure(item: str, prior: bool, pages: list[str], year: str | None) -> F
         if column is None:
             continue
         column += 1 if prior else 0
-        for label, figures in line_items(text):
-            if _ITEMS[item].fullmatch(label) and column < len(figures) and column < len(years):
-                return Figure(item, label, years[column], figures[column], _number(figures[column]), source)
+        items = line_items(text)
+        for wanted in _ITEMS[item]:
+            for label, figures in items:
+                if wanted.fullmatch(label) and column < len(figures) and column < len(years):
+                    return Figure(item, label, years[column], figures[column], _number(figures[column]), source)
     return None
 
 
