@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass
 
 import calc
+from question import years_named
 from retriever import statements_headed
 
 # Line items by the labels filings print for them, preferred first (US 10-K wording; "merchandise" is a
@@ -128,11 +129,6 @@ def measure_asked(question: str) -> tuple[str, str] | None:
     return None
 
 
-def _year_asked(question: str) -> str | None:
-    match = re.search(r"\b(?:fy\s?|fiscal (?:year )?)?((?:19|20)\d\d)\b", question, re.IGNORECASE)
-    return match.group(1) if match else None
-
-
 def find_figure(item: str, prior: bool, pages: list[str], year: str | None) -> Figure | None:
     """The first statement page (in retrieval order) whose columns carry the year and which prints the item."""
     for source, text in enumerate(pages):
@@ -161,7 +157,7 @@ def work_out(question: str, pages: list[str]) -> tuple[str, list[int]] | None:
     if asked is None:
         return None
     name, expression = asked
-    year = _year_asked(question)
+    year = next(iter(years_named(question)), None)  # "FY2021", "fiscal 2021" -> "2021"
     figures: dict[str, Figure] = {}
     for token in set(_ITEM_NAME.findall(expression)):
         figure = find_figure(token.split("@")[0], token.endswith("@prior"), pages, year)
