@@ -35,7 +35,8 @@ WORKED_OUT_LABEL = "Worked out:"
 # Words that ask for arithmetic on figures, not for a figure the page prints. Line items such as
 # "total liabilities" are read off a statement, so "total" alone is not one of them.
 _ASKS_CALCULATION = re.compile(
-    r"\b(how (many|much) (more|fewer|less|higher|lower|bigger|smaller)|gap|difference in|sum of|summed|average|mean|ratio|turnover|margin|cash conversion cycle|ebitda|"
+    r"\b(how (many|much) (more|fewer|less|higher|lower|bigger|smaller)|gap|difference in|sum of|summed|average|mean|"
+    r"ratio|turnover|margin|cash conversion cycle|ebitda|"
     r"return on (assets|equity|invested capital)|free cash flow|percentage (change|increase|decrease|points?)|"
     r"growth rate|(increase|decrease|grow|grew|rise|rose|fall|fell|drop|dropp?ed)d? by|decimal places?|"
     r"round(ed)? (your|the) answer|"
@@ -74,7 +75,7 @@ FORMULAS = {
 _FORMULAS = [(re.compile(pattern, re.IGNORECASE), formula) for pattern, formula in FORMULAS.items()]
 _DECIMALS = re.compile(r"\b(one|two|three|four|\d) decimal places?\b", re.IGNORECASE)
 _WORD_DIGITS = {"one": 1, "two": 2, "three": 3, "four": 4}
-_OPERATOR = re.compile(r"\d\s*[-+*/×÷−–x]\s*[\d($(]")
+_OPERATOR = re.compile(r"\d\s*[-+*/×÷−–x]\s*[\d($]")
 _CALCULATION_LINE = re.compile(r"^[\s*_#>-]*calculation\s*[:：]\s*(?P<expr>.+)$", re.IGNORECASE | re.MULTILINE)
 _FIGURE = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)?|\.\d+")
 # Constants a formula may bring that no page prints: halves for an average, 100 for a percentage,

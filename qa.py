@@ -336,6 +336,7 @@ def measure_from_statements(question: str, hits: list[Hit], retriever: Retriever
     if not (worked := statements.work_out(question, whole)):
         return None
     text, cited = worked
+    log.info("Worked out from the statements on pages %s, no model call", [pages[i].page for i in cited])
     return text, [replace(pages[i], start=0, end=len(whole[i]), text=whole[i]) for i in cited]
 
 

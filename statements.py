@@ -74,16 +74,13 @@ class Figure:
     label: str
     year: str
     printed: str
-    value: float
     source: int  # index of the page it was read from
 
-
-def _number(printed: str) -> float:
-    """_number("(1,234)") -> -1234.0; a dash is zero."""
-    if printed in ("—", "-"):
-        return 0.0
-    value = float(printed.strip("()").replace(",", ""))
-    return -value if printed.startswith("(") else value
+    def as_operand(self) -> str:
+        """The figure as arithmetic: a statement's "(1,234)" is negative, its "—" is zero."""
+        if self.printed in ("—", "-"):
+            return "0"
+        return f"(-{self.printed.strip('()')})" if self.printed.startswith("(") else self.printed
 
 
 def line_items(text: str) -> list[tuple[str, list[str]]]:
@@ -106,7 +103,7 @@ def line_items(text: str) -> list[tuple[str, list[str]]]:
 def year_columns(text: str) -> list[str]:
     """The years heading the page's columns, in order: the lines that are a year alone, before the first figure.
 
-    year_columns("BALANCE SHEETS\nAugust 29,\n2021\nAugust 30,\n2020\nCash\n$\n11,258") -> ["2021", "2020"]
+    year_columns("BALANCE SHEETS\\nAugust 29,\\n2021\\nAugust 30,\\n2020\\nCash\\n$\\n11,258") -> ["2021", "2020"]
     """
     years: list[str] = []
     for line in (line.strip() for line in text.splitlines()):
@@ -123,10 +120,14 @@ def measure_asked(question: str) -> tuple[str, str] | None:
     text = re.sub(r"[\s_]+", " ", question)
     for pattern, expression in _MEASURES:
         match = pattern.search(text)
-        # "total debt to EBITDA" asks a ratio of which EBITDA is only a part
-        if match and not re.search(r"\bto\s+$", text[: match.start()]) and not re.match(r"\s+to\b", text[match.end() :]):
+        if match and not _part_of_a_ratio(text, match):
             return match.group(0), expression
     return None
+
+
+def _part_of_a_ratio(text: str, match: re.Match) -> bool:
+    """"total debt to EBITDA" asks a ratio of which EBITDA is only a part."""
+    return bool(re.search(r"\bto\s+$", text[: match.start()]) or re.match(r"\s+to\b", text[match.end() :]))
 
 
 def find_figure(item: str, prior: bool, pages: list[str], year: str | None) -> Figure | None:
@@ -143,7 +144,7 @@ def find_figure(item: str, prior: bool, pages: list[str], year: str | None) -> F
         for wanted in _ITEMS[item]:
             for label, figures in items:
                 if wanted.fullmatch(label) and column < len(figures) and column < len(years):
-                    return Figure(item, label, years[column], figures[column], _number(figures[column]), source)
+                    return Figure(item, label, years[column], figures[column], source)
     return None
 
 
@@ -164,7 +165,7 @@ def work_out(question: str, pages: list[str]) -> tuple[str, list[int]] | None:
         if figure is None:
             return None
         figures[token] = figure
-    arithmetic = _ITEM_NAME.sub(lambda m: figures[m.group(0)].printed, expression)
+    arithmetic = _ITEM_NAME.sub(lambda m: figures[m.group(0)].as_operand(), expression)
     value = calc.evaluate(arithmetic)
     if value is None:
         return None

@@ -13,7 +13,7 @@ BALANCE_SHEET = "\n".join([
 INCOME_STATEMENT = "\n".join([
     "ACME, INC.", "CONSOLIDATED STATEMENTS OF INCOME", "52 Weeks Ended", "52 Weeks Ended", "August 29,", "2021",
     "August 30,", "2020", "Revenues", "$", "44,538 $", "37,403", "Cost of sales", "24,576", "21,162",
-    "Operating income", "(1,200)", "—",
+    "Operating income", "(1,200)", "—", "Depreciation and amortization", "300", "250",
 ])
 SUMMARY = "Highlights\nRevenues\n40\nup 19% on the year\nTotal current assets\n1"
 
@@ -38,6 +38,10 @@ def test_a_measure_is_worked_out_from_the_year_asked_and_cites_the_pages_it_read
     ]
     current, _ = statements.work_out("What was the current ratio in fiscal 2020?", pages)
     assert current.endswith("current ratio = 20,556 / 8,284 = 2.48")
+    loss, _ = statements.work_out("What was EBITDA in 2021?", pages)  # an operating loss is printed in brackets
+    assert loss.endswith("EBITDA = (-1,200) + 300 = -900")
+    nothing, _ = statements.work_out("What was EBITDA in 2020?", pages)  # "—" is zero
+    assert nothing.endswith("EBITDA = 0 + 250 = 250")
 
 
 def test_a_measure_with_a_line_the_pages_lack_is_left_to_the_model():
