@@ -164,7 +164,7 @@ NUMBERED_REFS = _env("NUMBERED_REFS", True)  # "Fig. 3" and "Figure 3" become on
 # Issue 18: retrieval that holds on phrasings and documents it was not tuned on (README, "What generalises").
 NAME_INITIALS = _env("NAME_INITIALS", True)  # "Prosecution Services Staff" is also the acronym keyword "^pss", so "PSS" finds it
 QUESTION_PARSING = _env("QUESTION_PARSING", True)  # search the question without its instructions about the answer's form
-ACRONYMS = _env("ACRONYMS", True)  # an acronym no page writes in capitals ("TWS") is also searched as the name it abbreviates
+ACRONYMS = _env("ACRONYMS", True)  # an acronym ("TWS") is also searched as the name it abbreviates on the page sharing the question's words
 STATEMENT_HINTS = _env("STATEMENT_HINTS", True)  # "... shown in the cash flow statement", "current ratio": pages headed so join the fusion
 YEAR_WORDING = _env("YEAR_WORDING", True)  # a year is searched as each document writes it (FY2019 / fiscal 2019 / 2019)
 FUSION = _env("FUSION", "seats")  # rrf | seats (each leg's best page keeps a place) | margin (RRF weighed by each leg's lead) | score

@@ -51,9 +51,9 @@ from routing import (
     DocumentProfile,
     distinctive_words,
     document_profile,
-    acronym_expansions,
     acronyms_written,
     expand_acronyms,
+    expansion_here,
     initials,
     names_in_question,
     names_with_initials,
@@ -163,6 +163,7 @@ class SparseBM25:
             idf[idf < 0] = epsilon * idf.mean()  # rank-bm25: negative idf -> epsilon * average idf
         norm = k1 * (1 - b + b * lengths[cols] / max(avgdl, 1e-9)) if len(cols) else 0
         weights = idf[rows] * tf * (k1 + 1) / (tf + norm)
+        self.idf = dict(zip(self.vocab, idf.tolist()))
         self.matrix = csr_matrix((weights, (rows, cols)), shape=(len(self.vocab), n_docs))
 
     def get_scores(self, query: list[str]) -> np.ndarray:
@@ -309,8 +310,8 @@ class Retriever:
         first_pages = [page_texts[page] for page in sorted(page_texts)[: config.PROFILE_PAGES]]
         return {
             "profile": document_profile(col.metadata.get("doc_name", name), first_pages, text),
-            "names": Counter(names_with_initials(text)),
-            "written": acronyms_written(text),
+            "page_names": {page: set(names_with_initials(text)) for page, text in page_texts.items()},
+            "page_written": {page: acronyms_written(text) for page, text in page_texts.items()},
             "statement_pages": {page: statements_headed(text) for page, text in page_texts.items() if statements_headed(text)},
             "collection": col,
             "ids": got["ids"],
@@ -360,11 +361,7 @@ class Retriever:
             self._bm25 = SparseBM25([tokens for _, tokens in page_tokens])
             self._profiles = {name: part["profile"] for (name, _), part in self._loaded.items()}
             self._route_weights = distinctive_words(self._profiles)
-            written = set().union(*(part["written"] for part in self._loaded.values()))
-            names: Counter = Counter()
-            for part in self._loaded.values():
-                names.update(part["names"])
-            self._expansions = acronym_expansions(names, written)  # "TWS" -> "Tomorrow's Workplace Skills"
+            self._index_acronyms()
             self._statement_pages = {
                 (name, page): heads for (name, _), part in self._loaded.items() for page, heads in part["statement_pages"].items()
             }
@@ -466,10 +463,36 @@ class Retriever:
         profiles = {name: self._profiles[name] for name in self._in_scope(scope)}
         return route(names_in_question(query, STOPWORDS), years_named(query), profiles, self._route_weights)
 
-    def spelled_out(self, query: str) -> str:
-        """``query`` with each acronym that no page writes followed by the name it abbreviates on some page (routing.py)."""
+    def _index_acronyms(self) -> None:
+        """Which pages carry a name with given initials, which write them as an acronym, and each page's words."""
+        self._named_pages: dict[str, list[tuple[PageKey, str]]] = {}
+        self._written_pages: dict[str, list[PageKey]] = {}
+        self._name_uses: Counter = Counter()
+        for (name, _), part in self._loaded.items():
+            for page, pairs in part["page_names"].items():
+                for letters, full in pairs:
+                    self._named_pages.setdefault(letters, []).append(((name, page), full))
+                    self._name_uses[letters, full] += 1
+            for page, written in part["page_written"].items():
+                for letters in written:
+                    self._written_pages.setdefault(letters, []).append((name, page))
+        self._page_words = {(name, page): set(tokens) for (name, _), part in self._loaded.items()
+                            for page, tokens in part["page_tokens"].items()}
+
+    def spelled_out(self, query: str, scope: list[str] | None = None) -> str:
+        """``query`` with each acronym followed by the name it abbreviates on the in-scope page
+        that shares most of the question's words (by idf), unless a page writing the acronym
+        itself shares as many (routing.expansion_here)."""
         self._refresh_if_stale()
-        return expand_acronyms(query, self._expansions)
+        in_scope = set(self._in_scope(scope))
+        expansions = {}
+        for letters in acronyms_written(query):
+            context = {word: self._bm25.idf.get(word, 0.0) for word in tokenize(query) if word != letters}
+            named = [(full, self._page_words[key], self._name_uses[letters, full])
+                     for key, full in self._named_pages.get(letters, []) if key[0] in in_scope]
+            written = [self._page_words[key] for key in self._written_pages.get(letters, []) if key[0] in in_scope]
+            expansions[letters] = expansion_here(context, named, written)
+        return expand_acronyms(query, {letters: full for letters, full in expansions.items() if full})
 
     def profile(self, collection: str) -> DocumentProfile:
         """The document's profile (title, names, years, type) as routing sees it."""
@@ -506,8 +529,8 @@ class Retriever:
         leg's normalised scores (see ``fuse``). ``keyword_seat`` (KEYWORD_SEAT) keeps the keyword leg's best page in
         the results even when fusion ranks it below k. ``routing`` (ROUTING) multiplies
         the fused score of pages of documents the question names (routing.py). ``acronyms``
-        (ACRONYMS) follows each acronym the library never writes with the name whose initials
-        it is, so "TWS" also searches "Tomorrow's Workplace Skills".
+        (ACRONYMS) follows each acronym with the name whose initials it is on the page sharing
+        the question's words, so "TWS" also searches "Tomorrow's Workplace Skills" (``spelled_out``).
         """
         k = k or config.TOP_K
         options = {"page_refs": page_refs, "keyword_seat": keyword_seat, "question_parsing": question_parsing,
@@ -517,7 +540,7 @@ class Retriever:
         parsed = parse_question(question) if question_parsing else None
         query = parsed.query if parsed else question
         with self._lock:  # browser tabs share one retriever
-            query = self.spelled_out(query) if acronyms else query
+            query = self.spelled_out(query, scope) if acronyms else query
             semantic = self.semantic(query, scope) if mode != "bm25" or page_refs or statement_hints else []
             keyword = self.keyword(query, scope) if mode != "semantic" else []
             named = self.named_pages(query, scope, semantic) if page_refs else []

@@ -15,8 +15,9 @@ documents have it (ROUTE_MAX_SHARE), so "report" or "2021" name nothing while
 the pages of named documents; it never drops a document the question does not
 name.
 
-Deliberately simple: no entity recogniser; a name is a capitalised word or a
-file-name word on the first pages, an acronym is the initials of a run of
+Deliberately simple: no entity recogniser; a name is a capitalised word on the
+first pages that the document never writes in lower case ("Costco", "Pew", not
+"Chairman" or "Board") or a file-name word, an acronym is the initials of a run of
 capitalised words, with and without a legal suffix ("Pew Research Center" ->
 "prc"; "Travelers Insurance Company" -> "ti", "tic"), or a word written in capitals.
 On the question's side only what it writes as a name counts, and of a run of
@@ -50,6 +51,8 @@ _QUESTION_NAME = re.compile(rf"\b(?!(?:{_MONTHS})\b)[A-Z][\w&-]*(?:['’]s\b)?")
 _POSSESSIVE = re.compile(r"['\u2019]s$")
 _SENTENCE_START = re.compile(r"(?:^|[.?!:;]\s+|\n)$")
 _FILE_WORD = re.compile(r"[A-Za-z]{3,}")
+# A word in lower case outside web and mail addresses ("costco" of "costco.com" is still a name).
+_LOWER_WORD = re.compile(r"(?<![\w./@-])[a-z][a-z-]*(?![\w/@]|\.[a-z])")
 _FY_STYLE = re.compile(r"\bFY\s?'?\d{2,4}\b")
 _FISCAL_STYLE = re.compile(r"\bfiscal\s+(?:year\s+)?(?:19|20)\d\d\b", re.IGNORECASE)
 
@@ -119,22 +122,35 @@ def acronyms_written(text: str) -> set[str]:
     return {m.lower() for m in _ACRONYM.findall(text)}
 
 
-def acronym_expansions(names: Counter, written: set[str]) -> dict[str, str]:
-    """{initials: the name most often behind them} from a Counter of (initials, name), for
-    initials that no page writes in capitals (those mean what the pages use them for).
+def expansion_here(context: dict[str, float], named: list[tuple[str, set[str], int]], written: list[set[str]]) -> str | None:
+    """The name an acronym stands for in this question, or None when it stands for itself.
 
-    acronym_expansions(Counter({("tws", "Tomorrow's Workplace Skills"): 3, ("it", "Information Technology"): 1}), {"it"})
-      -> {"tws": "Tomorrow's Workplace Skills"}
+    ``named``: (name, words of the page it is on, how often the library uses that name) for
+    each page with a name of these initials; ``written``: the words of each page that writes
+    the acronym in capitals; ``context``: the question's other words, each with its weight (the
+    keyword index's idf). Initials are ambiguous across a library ("MD" is Model Debate in a
+    paper, Managing Director in an annual report), so the name chosen is the one on the page
+    sharing the most weight of words with the question (the most used name on a tie). A page
+    writing the acronym itself that shares as much wins: the acronym then means what that
+    page uses it for.
+
+    expansion_here({"trends": 2.0, "chart": 1.0}, [("Mobile Internet Demographics", {"trends"}, 1),
+                                                  ("Mid Range", {"chart"}, 5)], [{"camry", "chart"}])
+      -> "Mobile Internet Demographics"
     """
-    best: dict[str, tuple[int, str]] = {}
-    for (letters, name), count in names.items():
-        if letters not in written and count > best.get(letters, (0, ""))[0]:
-            best[letters] = (count, name)
-    return {letters: name for letters, (_, name) in best.items()}
+    def shared(words: set[str]) -> float:
+        return sum(weight for word, weight in context.items() if word in words)
+
+    if not named:
+        return None
+    name, words, _ = max(named, key=lambda item: (shared(item[1]), item[2]))
+    if any(shared(page) >= shared(words) for page in written):
+        return None
+    return name
 
 
 def expand_acronyms(question: str, expansions: dict[str, str]) -> str:
-    """Each acronym of the question that the pages never write, followed by the name it abbreviates.
+    """Each acronym of the question with an expansion, followed by the name it abbreviates.
 
     expand_acronyms("How to prepare for TWS?", {"tws": "Tomorrow's Workplace Skills"})
       -> "How to prepare for TWS (Tomorrow's Workplace Skills)?"
@@ -186,11 +202,13 @@ def document_profile(doc_name: str, first_pages: list[str], all_text: str = "") 
     """
     head = "\n".join(page[: config.PROFILE_CHARS] for page in first_pages)
     title = next((line.strip() for line in head.splitlines() if len(line.strip()) > 3), doc_name)
-    names = {_POSSESSIVE.sub("", w).lower() for w in _CAPITALISED.findall(head) if len(w) > 2}
+    common = {part for word in _LOWER_WORD.findall(all_text or head) for part in word.split("-")}  # not names
+    names = {name for name in (_POSSESSIVE.sub("", w).lower() for w in _CAPITALISED.findall(head) if len(w) > 2) if name not in common}
     names |= {w.lower() for w in _FILE_WORD.findall(doc_name.rsplit(".", 1)[0])}
     years = [year for year, _ in Counter(years_named(head)).most_common()]
     doc_type = next((name for name, pattern in DOC_TYPES if re.search(pattern, head, re.IGNORECASE | re.DOTALL)), "")
-    return DocumentProfile(title[:120], names, acronyms_in(head), years, doc_type, year_style(all_text or head))
+    acronyms = acronyms_in(head) - common  # "TO" on a cover page is the word "to" in capitals
+    return DocumentProfile(title[:120], names, acronyms, years, doc_type, year_style(all_text or head))
 
 
 def distinctive_words(profiles: dict[str, DocumentProfile]) -> dict[str, float]:

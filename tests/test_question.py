@@ -5,7 +5,7 @@ from __future__ import annotations
 from qa import question_for_prompt
 from question import parse_question, statements_measured, statements_named, year_wordings, years_named
 from retriever import STOPWORDS, keyword_tokens
-from routing import acronyms_in, distinctive_words, document_profile, names_in_question, route, year_style
+from routing import acronyms_in, distinctive_words, document_profile, expansion_here, names_in_question, route, year_style
 
 
 def test_instructions_about_the_answer_are_split_from_the_question():
@@ -62,6 +62,24 @@ def test_profiles_read_names_acronyms_years_type_and_year_style():
     assert profile.years == ["2021"] and profile.doc_type == "annual report" and profile.title.startswith("UNITED STATES")
     assert acronyms_in("Pew Research Center and NIKE, Inc. (the SEC)") >= {"prc", "nike", "sec"}
     assert year_style("In FY2021, FY2020 and FY2019 sales rose") == "fy" and year_style("In 2021 sales rose") == "plain"
+
+
+def test_a_profile_name_is_a_word_the_document_never_writes_in_lower_case():
+    """A bench question about "the Chairman of the Board ... the President of the SILF" was routed
+    to the two reports whose first pages say "Chairman", "President" and "Board"."""
+    profile = document_profile("report.pdf", ["Birchwood Ltd\nReport of the Chairman of the Board"],
+                               "The chairman thanked the board. Orders at www.birchwood.com. Birchwood grew.")
+    assert "birchwood" in profile.names and not {"chairman", "board"} & profile.names
+
+
+def test_an_acronym_stands_for_the_name_on_the_page_that_shares_the_question_s_words():
+    debate = ("Model Debate", {"strategy", "agents", "argue"}, 7)
+    director = ("Managing Director", {"accounts", "signed", "strategy"}, 8)
+    assert expansion_here({"strategy": 1.0, "agents": 2.0}, [debate, director], []) == "Model Debate"
+    assert expansion_here({"accounts": 1.0}, [debate, director], []) == "Managing Director"
+    assert expansion_here({"strategy": 1.0}, [debate, director], []) == "Managing Director"  # a tie: the most used name
+    assert expansion_here({"accounts": 1.0, "signed": 1.0}, [director], [{"accounts", "signed"}]) is None  # a page writing it wins
+    assert expansion_here({"strategy": 1.0}, [], [{"strategy"}]) is None
 
 
 def test_routing_picks_named_documents_by_distinctive_words_only():

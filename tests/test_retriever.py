@@ -379,6 +379,18 @@ def test_an_acronym_no_page_writes_is_searched_as_the_name_it_abbreviates(store,
     assert [h.page for h in retriever.search("How do staff prepare for TWS?", k=1, mode="semantic", acronyms=False)] != [1]
 
 
+def test_an_acronym_written_elsewhere_is_spelled_out_where_the_question_s_words_are(store, embedder, tmp_path):
+    pdf = write_text_pdf(tmp_path / "debate.pdf", [
+        "Two papers adopt the Model Debate strategy: agents argue before a judge answers.",
+        "The MD signed the accounts after the audit committee met.",
+        "Chapter three surveys prompting methods in general.",
+    ])
+    retriever = retriever_with(store, embedder, pdf)
+    assert retriever.spelled_out("Which papers adopt the MD strategy?") == "Which papers adopt the MD (Model Debate) strategy?"
+    assert retriever.spelled_out("Who signed the accounts as MD?") == "Who signed the accounts as MD?"  # the page that writes "MD"
+    assert [h.page for h in retriever.search("Which papers adopt the MD strategy?", k=1, mode="semantic")] == [1]
+
+
 def test_an_acronym_in_capitals_finds_its_name_not_the_same_letters_as_a_word(store, embedder, tmp_path):
     pdf = write_text_pdf(tmp_path / "operators.pdf", [
         "Telecom Operators grew their subscriber bases; Telkomsel led the field.",
