@@ -366,29 +366,21 @@ def retriever_with(store, embedder, pdf: Path) -> Retriever:
     return Retriever(store, embedder)
 
 
-def test_an_acronym_no_page_writes_is_searched_as_the_name_it_abbreviates(store, embedder, tmp_path):
+def test_an_acronym_is_searched_as_the_name_it_abbreviates_on_the_page_that_shares_the_question_s_words(store, embedder, tmp_path):
     pdf = write_text_pdf(tmp_path / "plan.pdf", [
         "Tomorrow's Workplace Skills are practised in the third quarter through mentoring and job shadowing.",
         "How staff prepare for the yearly audit: they read the checklist and tidy their desks.",
         "Our IT desk answers calls about Information Technology on weekdays.",
+        "Two papers adopt the Model Debate strategy: agents argue before a judge answers.",
+        "The MD signed the accounts after the audit committee met.",
     ])
     retriever = retriever_with(store, embedder, pdf)
     assert retriever.spelled_out("How do staff prepare for TWS?") == "How do staff prepare for TWS (Tomorrow's Workplace Skills)?"
-    assert retriever.spelled_out("Who runs IT?") == "Who runs IT?"  # the pages write "IT": it means what they use it for
+    assert retriever.spelled_out("Who runs IT?") == "Who runs IT?"  # the page writes "IT": it means what that page uses it for
+    assert retriever.spelled_out("Which papers adopt the MD strategy?") == "Which papers adopt the MD (Model Debate) strategy?"
+    assert retriever.spelled_out("Who signed the accounts as MD?") == "Who signed the accounts as MD?"
     assert [h.page for h in retriever.search("How do staff prepare for TWS?", k=1, mode="semantic")] == [1]
     assert [h.page for h in retriever.search("How do staff prepare for TWS?", k=1, mode="semantic", acronyms=False)] != [1]
-
-
-def test_an_acronym_written_elsewhere_is_spelled_out_where_the_question_s_words_are(store, embedder, tmp_path):
-    pdf = write_text_pdf(tmp_path / "debate.pdf", [
-        "Two papers adopt the Model Debate strategy: agents argue before a judge answers.",
-        "The MD signed the accounts after the audit committee met.",
-        "Chapter three surveys prompting methods in general.",
-    ])
-    retriever = retriever_with(store, embedder, pdf)
-    assert retriever.spelled_out("Which papers adopt the MD strategy?") == "Which papers adopt the MD (Model Debate) strategy?"
-    assert retriever.spelled_out("Who signed the accounts as MD?") == "Who signed the accounts as MD?"  # the page that writes "MD"
-    assert [h.page for h in retriever.search("Which papers adopt the MD strategy?", k=1, mode="semantic")] == [1]
 
 
 def test_an_acronym_in_capitals_finds_its_name_not_the_same_letters_as_a_word(store, embedder, tmp_path):
