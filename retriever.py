@@ -51,6 +51,7 @@ from routing import (
     DocumentProfile,
     distinctive_words,
     document_profile,
+    acronyms_asked,
     acronyms_written,
     expand_acronyms,
     expansion_here,
@@ -486,7 +487,7 @@ class Retriever:
         self._refresh_if_stale()
         in_scope = set(self._in_scope(scope))
         expansions = {}
-        for letters in acronyms_written(query):
+        for letters in acronyms_asked(query):
             context = {word: self._bm25.idf.get(word, 0.0) for word in tokenize(query) if word != letters}
             named = [(full, self._page_words[key], self._name_uses[letters, full])
                      for key, full in self._named_pages.get(letters, []) if key[0] in in_scope]

@@ -46,6 +46,8 @@ NAME_RUN = re.compile(rf"\b{_NAME_WORD}(?:[ \t]+(?:of[ \t]+|&[ \t]+)?{_NAME_WORD
 _SUFFIXES = "Inc Incorporated Corporation Corp Company Co Ltd LLC plc Group Holdings".split()
 LEGAL_SUFFIX = re.compile(r",?[ \t]+(?:" + "|".join(_SUFFIXES + [s.upper() for s in _SUFFIXES]) + r")\b\.?(?![-\w])")
 _ACRONYM = re.compile(r"\b[A-Z][A-Z0-9&]{1,5}\b")
+_STANDALONE_ACRONYM = re.compile(r"(?<![\w-])[A-Z][A-Z0-9&]{1,5}(?![\w-])")
+_WORD = re.compile(r"[A-Za-z]+")
 # A word written as a name in a question: capitalised or in capitals (not a month), possessive dropped.
 _QUESTION_NAME = re.compile(rf"\b(?!(?:{_MONTHS})\b)[A-Z][\w&-]*(?:['’]s\b)?")
 _POSSESSIVE = re.compile(r"['\u2019]s$")
@@ -112,6 +114,18 @@ def names_with_initials(text: str) -> list[tuple[str, str]]:
         forms = ([short] if NAME_RUN.fullmatch(short) else []) + ([run] if short != run else [])
         pairs += [("".join(w[0] for w in form.split() if w[0].isupper()).lower(), form) for form in forms]
     return pairs
+
+
+def acronyms_asked(question: str) -> set[str]:
+    """The acronyms a question uses, lower-cased: words in capitals standing on their own (not the
+    "MM" of "YYYY-MM-DD"); none when the question is written in capitals throughout.
+
+    acronyms_asked("Which TO grew? Date it YYYY-MM-DD.") -> {"to"};  acronyms_asked("WHAT IS THE AIM?") -> set()
+    """
+    words = _WORD.findall(question)
+    if sum(word.isupper() for word in words) * 2 > len(words):
+        return set()
+    return {m.lower() for m in _STANDALONE_ACRONYM.findall(question)}
 
 
 def acronyms_written(text: str) -> set[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from qa import question_for_prompt
 from question import parse_question, statements_measured, statements_named, year_wordings, years_named
 from retriever import STOPWORDS, keyword_tokens
-from routing import acronyms_in, distinctive_words, document_profile, expansion_here, names_in_question, route, year_style
+from routing import acronyms_asked, acronyms_in, distinctive_words, document_profile, expansion_here, names_in_question, route, year_style
 
 
 def test_instructions_about_the_answer_are_split_from_the_question():
@@ -80,6 +80,10 @@ def test_an_acronym_stands_for_the_name_on_the_page_that_shares_the_question_s_w
     assert expansion_here({"strategy": 1.0}, [debate, director], []) == "Managing Director"  # a tie: the most used name
     assert expansion_here({"accounts": 1.0, "signed": 1.0}, [director], [{"accounts", "signed"}]) is None  # a page writing it wins
     assert expansion_here({"strategy": 1.0}, [], [{"strategy"}]) is None
+    # what counts as an acronym in a question: not a date format's letters, nothing in a question shouted in capitals
+    assert acronyms_asked("Which TO grew in 2014? Date it YYYY-MM-DD.") == {"to"}
+    assert acronyms_asked("In the slide that includes MID and Trends, what does the PRC’s IP show?") == {"mid", "prc", "ip"}
+    assert acronyms_asked("WHAT IS THE 2nd OBJECTIVE OF REGULATORY EFFICIENCY?") == set()
 
 
 def test_routing_picks_named_documents_by_distinctive_words_only():
