@@ -164,7 +164,7 @@ class SparseBM25:
             idf[idf < 0] = epsilon * idf.mean()  # rank-bm25: negative idf -> epsilon * average idf
         norm = k1 * (1 - b + b * lengths[cols] / max(avgdl, 1e-9)) if len(cols) else 0
         weights = idf[rows] * tf * (k1 + 1) / (tf + norm)
-        self.idf = dict(zip(self.vocab, idf.tolist()))
+        self.idf = idf
         self.matrix = csr_matrix((weights, (rows, cols)), shape=(len(self.vocab), n_docs))
 
     def get_scores(self, query: list[str]) -> np.ndarray:
@@ -465,7 +465,7 @@ class Retriever:
         return route(names_in_question(query, STOPWORDS), years_named(query), profiles, self._route_weights)
 
     def _index_acronyms(self) -> None:
-        """Which pages carry a name with given initials, which write them as an acronym, and each page's words."""
+        """Which pages carry a name with given initials and which write them as an acronym."""
         self._named_pages: dict[str, list[tuple[PageKey, str]]] = {}
         self._written_pages: dict[str, list[PageKey]] = {}
         self._name_uses: Counter = Counter()
@@ -477,22 +477,29 @@ class Retriever:
             for page, written in part["page_written"].items():
                 for letters in written:
                     self._written_pages.setdefault(letters, []).append((name, page))
-        self._page_words = {(name, page): set(tokens) for (name, _), part in self._loaded.items()
-                            for page, tokens in part["page_tokens"].items()}
+        self._page_column = {key: column for column, key in enumerate(self._pages)}
+
+    def _shared_weight(self, words: list[str]) -> np.ndarray:
+        """Per page (a column of the keyword index): the idf summed over the distinct ``words`` it holds."""
+        ids = sorted({self._bm25.vocab[word] for word in words if word in self._bm25.vocab})
+        if not ids:
+            return np.zeros(len(self._pages))
+        held = (self._bm25.matrix[ids] > 0).astype(np.float64)
+        return np.asarray(held.T @ self._bm25.idf[ids]).ravel()
 
     def spelled_out(self, query: str, scope: list[str] | None = None) -> str:
         """``query`` with each acronym followed by the name it abbreviates on the in-scope page
         that shares most of the question's words (by idf), unless a page writing the acronym
-        itself shares as many (routing.expansion_here)."""
+        itself shares as much (routing.expansion_here)."""
         self._refresh_if_stale()
         in_scope = set(self._in_scope(scope))
         expansions = {}
         for letters in acronyms_asked(query):
-            context = {word: self._bm25.idf.get(word, 0.0) for word in tokenize(query) if word != letters}
-            named = [(full, self._page_words[key], self._name_uses[letters, full])
+            shared = self._shared_weight([word for word in tokenize(query) if word != letters])
+            named = [(full, shared[self._page_column[key]], self._name_uses[letters, full])
                      for key, full in self._named_pages.get(letters, []) if key[0] in in_scope]
-            written = [self._page_words[key] for key in self._written_pages.get(letters, []) if key[0] in in_scope]
-            expansions[letters] = expansion_here(context, named, written)
+            written = [shared[self._page_column[key]] for key in self._written_pages.get(letters, []) if key[0] in in_scope]
+            expansions[letters] = expansion_here(named, written)
         return expand_acronyms(query, {letters: full for letters, full in expansions.items() if full})
 
     def profile(self, collection: str) -> DocumentProfile:

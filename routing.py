@@ -136,31 +136,24 @@ def acronyms_written(text: str) -> set[str]:
     return {m.lower() for m in _ACRONYM.findall(text)}
 
 
-def expansion_here(context: dict[str, float], named: list[tuple[str, set[str], int]], written: list[set[str]]) -> str | None:
+def expansion_here(named: list[tuple[str, float, int]], written: list[float]) -> str | None:
     """The name an acronym stands for in this question, or None when it stands for itself.
 
-    ``named``: (name, words of the page it is on, how often the library uses that name) for
-    each page with a name of these initials; ``written``: the words of each page that writes
-    the acronym in capitals; ``context``: the question's other words, each with its weight (the
-    keyword index's idf). Initials are ambiguous across a library ("MD" is Model Debate in a
-    paper, Managing Director in an annual report), so the name chosen is the one on the page
-    sharing the most weight of words with the question (the most used name on a tie). A page
-    writing the acronym itself that shares as much wins: the acronym then means what that
-    page uses it for.
+    ``named``: (name, how much of the question its page shares, how often the library uses the
+    name) for each page with a name of these initials; ``written``: how much of the question
+    each page that writes the acronym in capitals shares. Initials are ambiguous across a
+    library ("MD" is Model Debate in a paper, Managing Director in an annual report), so the
+    name chosen is the one on the page sharing the most of the question (the most used name on
+    a tie). A page writing the acronym itself that shares as much wins: the acronym then means
+    what that page uses it for.
 
-    expansion_here({"trends": 2.0, "chart": 1.0}, [("Mobile Internet Demographics", {"trends"}, 1),
-                                                  ("Mid Range", {"chart"}, 5)], [{"camry", "chart"}])
+    expansion_here([("Mobile Internet Demographics", 2.0, 1), ("Mid Range", 1.0, 5)], [1.5])
       -> "Mobile Internet Demographics"
     """
-    def shared(words: set[str]) -> float:
-        return sum(weight for word, weight in context.items() if word in words)
-
     if not named:
         return None
-    name, words, _ = max(named, key=lambda item: (shared(item[1]), item[2]))
-    if any(shared(page) >= shared(words) for page in written):
-        return None
-    return name
+    name, shared, _ = max(named, key=lambda item: (item[1], item[2]))
+    return None if any(page >= shared for page in written) else name
 
 
 def expand_acronyms(question: str, expansions: dict[str, str]) -> str:
