@@ -6,6 +6,10 @@
     question -> names_in_question(): the words it writes as names ("Godfrey" of "GODFREY PHILLIPS INDIA LIMITED")
     those names + every in-scope profile
       -> route(): {collection: score} for the documents the question names
+    question -> acronyms_asked(): "MD", "TO" (not the "MM" of "YYYY-MM-DD")
+      + how much of the question each page with a name of those initials, or with the
+        acronym printed, shares (the retriever scores that on its keyword index)
+      -> expansion_here(): the name it stands for here, or None -> expand_acronyms()
 
 Across a library of similar documents (ten annual reports), the same statement
 names and boilerplate repeat in every one; the company and the year in the

@@ -70,6 +70,8 @@ def test_a_profile_name_is_a_word_the_document_never_writes_in_lower_case():
     profile = document_profile("report.pdf", ["Birchwood Ltd\nReport of the Chairman of the Board"],
                                "The chairman thanked the board. Orders at www.birchwood.com. Birchwood grew.")
     assert "birchwood" in profile.names and not {"chairman", "board"} & profile.names
+    cover = document_profile("plan.pdf", ["HOW TO GROW: the PRC plan"], "How to grow, by the PRC.")
+    assert "prc" in cover.acronyms and "to" not in cover.acronyms  # "TO" is the word "to" in capitals
 
 
 def test_an_acronym_stands_for_the_name_on_the_page_that_shares_the_question_s_words():
