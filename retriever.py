@@ -4,6 +4,8 @@ One question flows like this:
 
     question -> question.parse_question(): the question apart from answer-form instructions
                 (units, persona, "relying on the cash flow statement") and the years it names
+             -> spelled_out(): each acronym followed by the name it stands for on the page
+                that shares the question's words ("MD" -> "MD (Model Debate)"; routing.py)
              -> embed (once per fiscal-year wording the library uses) -> cosine top-N chunks
                 of the in-scope documents -> pages                                  (semantic leg)
              -> keyword_tokens -> BM25 over every page's title + keywords + text     (keyword leg)
