@@ -3,7 +3,9 @@
     answer text -> split_sentences()     (abbreviations and decimals do not split; markers stay on)
                 -> parse_citations()     "[2][1, 3]" -> [2, 1, 3]
                 -> support_scores()      per passage: word overlap / SUPPORT_MIN_OVERLAP, or
-                                         embedding similarity / SUPPORT_MIN_SIMILARITY, >= 1 backs;
+                                         embedding similarity / SUPPORT_MIN_SIMILARITY, >= 1 backs,
+                                         or the question restated plus an answer that stands on the
+                                         page beside what was asked (answer_beside_question);
                                          0 when the sentence states a detail the passage lacks
                                          or holds only in the wrong place (unbacked_detail)
                 -> verify_answer()       CheckedSentence per sentence, with verified, co-cited
@@ -391,6 +393,7 @@ def beside_another_key(claim: str, passage: str, question: str) -> bool:
 
 
 _QUOTE = re.compile(r"[\"“”]([^\"“”]{20,})[\"“”]")
+QUOTE_LEAD = "The page says:"  # the app's words before a line quoted from a page (qa.quoted_answer): no claim of the page's
 
 
 def _squash(text: str) -> str:
@@ -457,11 +460,53 @@ def unbacked_detail(claim: str, passage: str, question: str, page: int | None = 
     return any(not said_word_for_word(quote, passage) for quote in _QUOTE.findall(claim))
 
 
+_RANKING = re.compile(
+    r"\b(?:how many|most|least|top|bottom|more|less|fewer|compared?|differences?|gap|total|sum|average|"
+    r"(?:larg|high|low|bigg|small|great|long|short|old|young|new|lat|earli|fast|slow|strong|weak|cheap)est|best|worst|"
+    r"first|second|third|fourth|fifth|last|\d+(?:st|nd|rd|th))\b", re.I)
+_LINES_ABOVE = 3  # a label stands on a line above its value ("Wi-Fi Connect" / "a hotspot with 4G connectivity")
+_QUOTED_TERM = re.compile(r"(?<!\w)['‘`\"“]([^'’`\"”]{2,40})['’`\"”](?!\w)")  # "the 'loss_cls' line", not "What's … car's"
+
+
+def _stem(word: str) -> str:
+    """A plural or third-person "s" dropped, enough to see a restated question ("uses" is "use")."""
+    return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
+
+
+def answer_beside_question(claim: str, passage: str, question: str) -> bool:
+    """Is ``claim`` the question restated plus an answer that ``passage`` states beside what was asked?
+    Small models answer "The email id of Mtre Laurent Nahmiash is lnahmiash@infavocats.com": the
+    restated words need not be on the page, but every word the sentence adds must be, on one line or
+    just below the lines that hold the question's names and at least half of its words the page has. Side by side
+    cannot vouch for a rank, a count or a comparison, nor for a passage without the question's quoted
+    terms ("the 'loss_cls' line").
+
+    answer_beside_question("The car's Wi-Fi Connect uses 4G connectivity.",
+                           "Wi-Fi Connect\nTurn it into a hotspot with 4G connectivity", "What does the car's Wi-Fi Connect use?") -> True
+    """
+    if _RANKING.search(question) or not all(t.lower() in passage.lower() for t in _QUOTED_TERM.findall(question)):
+        return False
+    asked = {_stem(w) for w in tokenize(_REFERENCE.sub(" ", question))}
+    added = {_stem(w) for w in tokenize(claim)} - asked - {_stem(w) for w in tokenize(question)}
+    on_page = asked & {_stem(w) for w in tokenize(passage)}
+    names = on_page & {_stem(w) for w in tokenize(" ".join(names_in(question)))}  # what picks the item: "Safety Connect"
+    if not added or not on_page:
+        return False
+    lines = passage.split("\n")
+    for i, line in enumerate(lines):
+        if not added & {_stem(w) for w in tokenize(line)}:
+            continue
+        place = {_stem(w) for w in tokenize("\n".join(lines[max(0, i - _LINES_ABOVE):i + 1]))}
+        if added <= place and names <= place and len(place & on_page) * 2 >= len(on_page):
+            return True
+    return False
+
+
 def support_scores(sentence: str, sources: list[Hit], sentence_vec, source_vecs, question: str = "") -> list[float]:
     """How well each source supports a sentence: max of word overlap and embedding similarity, each
     divided by its threshold, so >= 1 means supported; 0 when the sentence has a detail the source
     cannot back (``unbacked_detail``): similar wording is no support for a figure the passage lacks."""
-    claim = strip_markers(sentence)
+    claim = strip_markers(sentence).replace(QUOTE_LEAD, "")
     words = set(tokenize(claim))
     # the question's subject ("Ulta Beauty", "FY2023"): its tokens that its plain lower-case words do not make
     plain = " ".join(w for w in _WORD.findall(question) if re.sub(r"['’]s$", "", w.lower()) not in names_in(question))
@@ -475,7 +520,8 @@ def support_scores(sentence: str, sources: list[Hit], sentence_vec, source_vecs,
         needed = words - (subject - passage_words)  # the question's subject need not be repeated by the passage
         overlap = len(needed & passage_words) / len(needed) if len(needed) >= 2 else 0.0
         similarity = float(np.dot(sentence_vec, vec))
-        scores.append(max(overlap / config.SUPPORT_MIN_OVERLAP, similarity / config.SUPPORT_MIN_SIMILARITY))
+        restated = 1.0 if answer_beside_question(claim, hit.text, question) else 0.0
+        scores.append(max(overlap / config.SUPPORT_MIN_OVERLAP, similarity / config.SUPPORT_MIN_SIMILARITY, restated))
     return scores
 
 

@@ -246,7 +246,7 @@ def quoted_answer(reply: str, passage: str) -> str | None:
     if not said:  # small models often stop after the quotation: the line itself is the answer
         return f"{line.rstrip('.')} [1]."
     sentence = strip_markers(said.group(1)).strip().rstrip(".")
-    return f'{sentence} [1]. The page says: "{line}" [1].'
+    return f'{sentence} [1]. {checker.QUOTE_LEAD} "{line}" [1].'
 
 
 def second_look(llm: BaseChatModel, question: str, hit: Hit) -> str | None:

@@ -377,6 +377,33 @@ def test_the_questions_subject_need_not_be_repeated_by_the_passage(embedder):
     assert checked.supported and checked.citations[0].verified
 
 
+def test_a_restated_question_is_backed_by_its_answer_standing_beside_what_was_asked(embedder):
+    """Small models restate the question in their own words ("the car's ... uses"); the answer they add
+    must be on the page, on the line of (or just below) what was asked about."""
+    brochure = _hit("Stay connected\nWi-Fi Connect\nTurn your Toyota into a hotspot with 4G connectivity.\n"
+                    "Safety Connect\nRound-the-clock help when the unexpected happens.", 6)
+    question = "What technology does the car's Wi-Fi Connect use?"
+    [right] = checker.verify_answer("The car's Wi-Fi Connect uses 4G connectivity [1].", [brochure], embedder, question)
+    [elsewhere] = checker.verify_answer("The car's Safety Connect uses 4G connectivity [1].", [brochure], embedder,
+                                        "What technology does the car's Safety Connect use?")
+    assert right.supported and right.citations[0].verified
+    assert elsewhere.supported is False  # 4G stands beside Wi-Fi Connect, not Safety Connect
+    # side by side vouches for no rank or count, nor for a passage without the question's quoted term
+    panel = _hit("Operators\nTelkomsel 132 million subscribers\nXL Axiata 60 million subscribers\nIndosat 58 million", 7)
+    [rank] = checker.verify_answer("The second largest operator by subscribers is Indosat [1].", [panel], embedder,
+                                   "What is the second largest operator by subscribers?")
+    assert rank.supported is False
+    legend = _hit("Loss curves\nbbox_color – Color of bbox lines. Default: green", 268)
+    assert not checker.answer_beside_question("The color of the 'loss_cls' line is green.", legend.text,
+                                              "What is the color of the 'loss_cls' line in the loss curve?")
+
+
+def test_the_apps_words_before_a_quoted_line_are_not_checked_as_a_claim(embedder):
+    slide = _hit("Facebook Metrics\nPage likes, post clicks, video views", 20)
+    [quoted] = checker.verify_answer(f'{checker.QUOTE_LEAD} "Facebook Metrics" [1].', [slide], embedder, "What is the source?")
+    assert quoted.supported
+
+
 def test_a_number_the_question_names_is_a_fact_to_back_not_its_subject(embedder):
     """"error 288" in the question does not let "Heater error" from error 188's row pass; a year or a page reference does."""
     sources = [_hit("Error number | Error description\n188 | Heater error\n189 | Steam boiler: heat-up time error", 89)]
