@@ -15,7 +15,8 @@ A number is backed only where the passage says it about the same thing: in the s
 or table cell (row label + column header + cell, for Markdown pipe tables) whose words fit
 the claim's best, and beside the claim's year if it names one; in a table written one cell per
 line (the text extractor's way) a figure belongs to the label line above its run of values, and
-is not backed when another row's label fits the claim better. The question's subject (the
+is not backed when another row's label fits the claim better, or holds a word of the question
+that the figure's row lacks ("total long-term liabilities" is not the "Total liabilities" row). The question's subject (the
 company, the document's own name for the period, a page reference) need not be repeated by the
 passage; any other number the question names ("error 288") must be backed like any figure. A
 printed page number is not a figure the page states; an ISO date is checked as the passage words it.
@@ -305,22 +306,34 @@ def labelled_values(lines: list[str]) -> list[tuple[set[str], set[str]]]:
 def under_another_label(claim: str, passage: str, question: str = "") -> bool:
     """Does the claim give a figure from the wrong row of a cell-per-line table? True when one of its
     figures stands only under row labels that fit the claim (and question) less well than another row's
-    label does: "total liabilities were $59,268" read off "Total liabilities and equity" while the
-    passage also has a "Total liabilities" row. A figure also written in prose is left to the other rules.
+    label does ("total liabilities were $59,268" read off "Total liabilities and equity" while the
+    passage also has a "Total liabilities" row), or when each of its labels lacks a word of the question
+    that another row's label has (``_lacks_asked_qualifier``). A figure also written in prose is left to
+    the other rules.
 
     under_another_label("Total liabilities were 59,268.", "Total liabilities\n41,190\nTotal liabilities and equity\n59,268") -> True
     """
     lines = passage.split("\n")
     rows = labelled_values(lines)
     words = _label_words(claim) | _label_words(question)
+    asked = _label_words(question) - {re.sub(r"['’]s$", "", n) for n in names_in(question)}  # its subject aside
     fit = lambda label: len(label & words) / len(label)  # noqa: E731  (the share of the row's label the claim says)
     in_prose = set().union(*(numbers_in(line) for line in lines if not _VALUE_LINE.match(line)))
     for figure in numbers_in(claim) - subject_figures(question) - in_prose:
-        own = [fit(label) for label, figures in rows if figure in figures]
-        others = [fit(label) for label, figures in rows if figure not in figures]
-        if own and others and max(others) >= 0.5 and max(others) > max(own):
+        own = [label for label, figures in rows if figure in figures]
+        others = [label for label, figures in rows if figure not in figures]
+        if own and others and max(map(fit, others)) >= 0.5 and max(map(fit, others)) > max(map(fit, own)):
+            return True
+        if own and all(_lacks_asked_qualifier(label, others, asked) for label in own):
             return True
     return False
+
+
+def _lacks_asked_qualifier(label: set[str], other_labels: list[set[str]], asked: set[str]) -> bool:
+    """Does another row's label hold a word the question asks for that this label lacks, and more of
+    the question's words? "Total liabilities" answers no question about "total long-term liabilities"
+    when "Other long-term liabilities" is a row of the same table: the qualifier points at other rows."""
+    return any((asked - label) & other and len(asked & other) > len(asked & label) for other in other_labels)
 
 
 # -----------------------------------------------------------------------------

@@ -323,12 +323,12 @@ def test_a_lookup_answered_from_another_row_of_a_cell_per_line_table_is_not_supp
     assert row_right.supported and row_next.supported is False  # a Markdown row's key is its first cell
 
 
-def balance_sheet_text() -> str:
+def balance_sheet_text(more_rows: tuple = ()) -> str:
     """A balance sheet laid out in columns on a real PDF page, read back by the default text extractor,
     which writes it one cell per line: "Total liabilities" / "41,190" / "36,851" / ..."""
     page = pymupdf.open().new_page()
     page.insert_text((72, 80), "CONSOLIDATED BALANCE SHEETS (amounts in millions)")
-    rows = [("Total current liabilities", "$ 29,441", "$ 24,844"), ("Total liabilities", "41,190", "36,851"),
+    rows = [("Total current liabilities", "$ 29,441", "$ 24,844"), *more_rows, ("Total liabilities", "41,190", "36,851"),
             ("TOTAL EQUITY", "18,078", "18,705"), ("TOTAL LIABILITIES AND EQUITY", "$ 59,268", "$ 55,556")]
     for y, (label, this_year, last_year) in enumerate(rows):
         for x, cell in ((72, label), (350, this_year), (450, last_year)):
@@ -349,6 +349,18 @@ def test_a_figure_under_another_row_label_of_a_cell_per_line_table_is_not_suppor
     assert own_label.supported and own_label.citations[0].verified
     assert checker.under_another_label("Total liabilities were 59,268.", text)
     assert not checker.under_another_label("Total liabilities were 59,268.", text.replace("Total liabilities\n", "Other\n"))
+
+
+def test_a_figure_whose_row_lacks_the_qualifier_the_question_asks_for_is_not_supported(embedder):
+    """"Total long-term liabilities" is not the "Total liabilities" row when "Other long-term liabilities" is a row too."""
+    text = balance_sheet_text((("Other long-term liabilities", "2,415", "1,935"), ("Total Costco stockholders' equity", "17,564", "18,284")))
+    [total] = checker.verify_answer("The total long-term liabilities for Costco in FY 2021 are $41,190 million [1].",
+                                    [_hit(text, 38)], embedder, "What is total long-term liabilities for Costco in FY 2021?")
+    assert total.supported is False
+    # the company's name, even written in lower case, is the question's subject, not a qualifier of a row
+    [plain] = checker.verify_answer("The total liabilities for Costco in FY 2021 are $41,190 million [1].",
+                                    [_hit(text, 38)], embedder, "What is total liabilities for costco in FY 2021?")
+    assert plain.supported and plain.citations[0].verified
 
 
 def test_a_sentence_that_denies_what_the_page_lists_is_not_supported(embedder):
