@@ -319,7 +319,7 @@ def under_another_label(claim: str, passage: str, question: str = "") -> bool:
     asked = _label_words(question) - {re.sub(r"['’]s$", "", n) for n in names_in(question)}  # its subject aside
     fit = lambda label: len(label & words) / len(label)  # noqa: E731  (the share of the row's label the claim says)
     in_prose = set().union(*(numbers_in(line) for line in lines if not _VALUE_LINE.match(line)))
-    for figure in numbers_in(claim) - subject_figures(question) - in_prose:
+    for figure in numbers_in(claim) - subject_figures(question) - years_in(claim) - in_prose:  # a year heads a column
         own = [label for label, figures in rows if figure in figures]
         others = [label for label, figures in rows if figure not in figures]
         if own and others and max(map(fit, others)) >= 0.5 and max(map(fit, others)) > max(map(fit, own)):

@@ -361,6 +361,10 @@ def test_a_figure_whose_row_lacks_the_qualifier_the_question_asks_for_is_not_sup
     [plain] = checker.verify_answer("The total liabilities for Costco in FY 2021 are $41,190 million [1].",
                                     [_hit(text, 38)], embedder, "What is total liabilities for costco in FY 2021?")
     assert plain.supported and plain.citations[0].verified
+    # a year heads a column; it is no figure of some row ("May 31," / "2021" / "2020" is a row of years)
+    dated = balance_sheet_text((("May 31,", "2021", "2020"),))
+    [line] = checker.verify_answer("Total liabilities, 2020: 36,851 [1]", [_hit(dated, 38)], embedder, "What is the debt ratio in FY2021?")
+    assert line.supported and line.citations[0].verified
 
 
 def test_a_sentence_that_denies_what_the_page_lists_is_not_supported(embedder):
