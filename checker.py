@@ -239,6 +239,17 @@ def years_in(text: str) -> set[str]:
     return set(_YEAR_IN_TEXT.findall(text))
 
 
+_YEAR_SPAN = re.compile(r"\b((?:19|20)\d\d)\s*(?:-|–|/|\bto\b|\band\b)\s*((?:19|20)?\d\d)\b")
+
+
+def financial_years(text: str) -> set[str]:
+    """Spans of one year, the way a financial year is written ("2003-04" runs April 2003 to March 2004).
+
+    financial_years("between 2002 to 2003; rows 2003-04 and 1999-00; 2001-2005") -> {"2002-03", "2003-04", "1999-00"}
+    """
+    return {f"{start}-{end[-2:]}" for start, end in _YEAR_SPAN.findall(text) if int(end[-2:]) == (int(start) + 1) % 100}
+
+
 _NEGATION = re.compile(r"\b(?:not|no|never|without|none)\b|n['’]t\b", re.IGNORECASE)
 _VERDICT = re.compile(r"^\W*(?:yes|no)\b\W*", re.IGNORECASE)  # "No, ..." answers a yes/no question; it denies nothing on the page
 
@@ -256,7 +267,8 @@ def _label_words(text: str) -> set[str]:
 def misplaced_figures(claim: str, passage: str, question: str = "") -> set[str]:
     """The claim's figures the passage holds only in the wrong place: in no sentence or table cell whose
     words fit the claim's words as well as any other figure's place does (another row), or only beside
-    a year other than the claim's (another column or period). The question's subject figures are exempt.
+    a year other than the claim's (another column or period), or only in rows of other financial years
+    (``in_another_financial_year``). The question's subject figures are exempt.
 
     misplaced_figures("Net income was 412", "| | 2023 |\n| Operating income | 412 |\n| Net income | 296 |") -> {"412"}
     """
@@ -272,9 +284,27 @@ def misplaced_figures(claim: str, passage: str, question: str = "") -> set[str]:
             continue  # a year the claim names is context, checked below for each figure beside it
         places = [(u, w, n) for u, w, n in figure_units if figure in n]
         fits = [len(words & w) for u, w, n in places if not (years and years_in(u) - {figure} and not years & years_in(u))]
-        if places and not (fits and max(fits) >= max(best_fit, 1)):
+        if (places and not (fits and max(fits) >= max(best_fit, 1))) or in_another_financial_year(figure, claim, passage):
             misplaced.add(figure)
     return misplaced
+
+
+def in_another_financial_year(figure: str, claim: str, passage: str) -> bool:
+    """Does ``figure`` stand only in rows of financial years other than the claim's? In a table read one
+    cell per line, a row's year ("2003-04") is the nearest such line above its figures.
+
+    in_another_financial_year("98", "In 2002-03 the dividend was 98", "2002-03\n12\n2003-04\n98") -> True
+    """
+    asked = financial_years(claim)
+    if not asked:
+        return False
+    lines = passage.split("\n")
+    row_years = []
+    for i, line in enumerate(lines):
+        if figure in numbers_in(line) and not financial_years(line):
+            above = next((financial_years(l) for l in reversed(lines[:i]) if financial_years(l)), None)
+            row_years.append(above)
+    return bool(row_years) and all(years is not None and not years & asked for years in row_years)
 
 
 _VALUE_LINE = re.compile(r"^[\s$€£¥%()\-–—.,*\d\xa0]+$")  # a cell: "$", "59,268", "(310)", "15.6%", "—"
@@ -319,7 +349,8 @@ def under_another_label(claim: str, passage: str, question: str = "") -> bool:
     asked = _label_words(question) - {re.sub(r"['’]s$", "", n) for n in names_in(question)}  # its subject aside
     fit = lambda label: len(label & words) / len(label)  # noqa: E731  (the share of the row's label the claim says)
     in_prose = set().union(*(numbers_in(line) for line in lines if not _VALUE_LINE.match(line)))
-    for figure in numbers_in(claim) - subject_figures(question) - years_in(claim) - in_prose:  # a year heads a column
+    # a year or a span of years ("2003-04") heads a column or a row; it is no figure of one
+    for figure in numbers_in(_YEAR_SPAN.sub(" ", claim)) - subject_figures(question) - years_in(claim) - in_prose:
         own = [label for label, figures in rows if figure in figures]
         others = [label for label, figures in rows if figure not in figures]
         if own and others and max(map(fit, others)) >= 0.5 and max(map(fit, others)) > max(map(fit, own)):

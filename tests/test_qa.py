@@ -367,6 +367,20 @@ def test_a_figure_whose_row_lacks_the_qualifier_the_question_asks_for_is_not_sup
     assert line.supported and line.citations[0].verified
 
 
+def test_a_figure_from_the_row_of_another_financial_year_is_not_supported(embedder):
+    """Indian annual reports run tables by financial year ("2003-04"); the row's year is the line above its figures."""
+    dividends = _hit("Erstwhile ITC Hotels Limited\nFinancial\nDate of Declaration\nTotal Dividend\nUnclaimed Dividend\nDue for\n"
+                     "Year\nof Dividend\n(Rs.)\nas on 31/03/2007\ntransfer to IEPF\n2000-01\n17th August, 2001\n3,02,16,492.00\n"
+                     "3,04,552.00\n2003-04\n14th July, 2004\n6,04,32,984.00\n6,99,704.00", 13)
+    question = "What is total dividend of Erstwhile ITC Hotels Limited (in Rupee) between 2002 to 2003 year?"
+    [other_year] = checker.verify_answer("The total dividend between 2002 to 2003 year is Rs. 6,04,32,984.00 [1].", [dividends], embedder, question)
+    [own_year] = checker.verify_answer("The total dividend in 2003-04 was Rs. 6,04,32,984.00 [1].", [dividends], embedder,
+                                       "What is total dividend of Erstwhile ITC Hotels Limited in 2003-04?")
+    assert other_year.supported is False
+    assert own_year.supported and own_year.citations[0].verified
+    assert checker.financial_years("between 2002 to 2003; rows 2003-04 and 1999-00; 2001-2005") == {"2002-03", "2003-04", "1999-00"}
+
+
 def test_a_sentence_that_denies_what_the_page_lists_is_not_supported(embedder):
     sources = [_hit("LinkedIn Metrics\nFollowers\nImpressions\nPost Reach\nPost Types\nVideo Views", 13)]
     question = "Which metrics are NOT included in LinkedIn Metrics: Post Reach, Post Types, Video Views?"
