@@ -504,10 +504,10 @@ def unbacked_detail(claim: str, passage: str, question: str, page: int | None = 
     return any(not said_word_for_word(quote, passage) for quote in _QUOTE.findall(claim))
 
 
-_RANKING = re.compile(
+_NOT_SIDE_BY_SIDE = re.compile(
     r"\b(?:how many|most|least|top|bottom|more|less|fewer|compared?|differences?|gap|total|sum|average|"
     r"(?:larg|high|low|bigg|small|great|long|short|old|young|new|lat|earli|fast|slow|strong|weak|cheap)est|best|worst|"
-    r"first|second|third|fourth|fifth|last|\d+(?:st|nd|rd|th))\b", re.I)
+    r"first|second|third|fourth|fifth|last|\d+(?:st|nd|rd|th)|colou?rs?)\b", re.I)
 _LINES_ABOVE = 3  # a label stands on a line above its value ("Wi-Fi Connect" / "a hotspot with 4G connectivity")
 _QUOTED_TERM = re.compile(r"(?<!\w)['‘`\"“]([^'’`\"”]{2,40})['’`\"”](?!\w)")  # "the 'loss_cls' line", not "What's … car's"
 
@@ -522,13 +522,13 @@ def answer_beside_question(claim: str, passage: str, question: str) -> bool:
     Small models answer "The email id of Mtre Laurent Nahmiash is lnahmiash@infavocats.com": the
     restated words need not be on the page, but every word the sentence adds must be, on one line or
     just below the lines that hold the question's names and at least half of its words the page has. Side by side
-    cannot vouch for a rank, a count or a comparison, nor for a passage without the question's quoted
-    terms ("the 'loss_cls' line").
+    cannot vouch for a rank, a count, a comparison or a colour (what a picture shows; "Red car with black roof"
+    is a caption), nor for a passage without the question's quoted terms ("the 'loss_cls' line").
 
     answer_beside_question("The car's Wi-Fi Connect uses 4G connectivity.",
                            "Wi-Fi Connect\nTurn it into a hotspot with 4G connectivity", "What does the car's Wi-Fi Connect use?") -> True
     """
-    if _RANKING.search(question) or not all(t.lower() in passage.lower() for t in _QUOTED_TERM.findall(question)):
+    if _NOT_SIDE_BY_SIDE.search(question) or not all(t.lower() in passage.lower() for t in _QUOTED_TERM.findall(question)):
         return False
     asked = {_stem(w) for w in tokenize(_REFERENCE.sub(" ", question))}
     added = {_stem(w) for w in tokenize(claim)} - asked - {_stem(w) for w in tokenize(question)}

@@ -423,6 +423,9 @@ def test_a_restated_question_is_backed_by_its_answer_standing_beside_what_was_as
     [rank] = checker.verify_answer("The second largest operator by subscribers is Indosat [1].", [panel], embedder,
                                    "What is the second largest operator by subscribers?")
     assert rank.supported is False
+    cover = _hit("Camry XSE\nCelestial Silver Metallic with Midnight Black Metallic roof", 5)
+    assert not checker.answer_beside_question("The color of the Camry XSE on the cover is black.", cover.text,
+                                              "What color is the Camry XSE on the cover?")  # a caption, not the picture
     legend = _hit("Loss curves\nbbox_color – Color of bbox lines. Default: green", 268)
     assert not checker.answer_beside_question("The color of the 'loss_cls' line is green.", legend.text,
                                               "What is the color of the 'loss_cls' line in the loss curve?")
