@@ -28,9 +28,10 @@ correctly. Deliberately simple: support is judged by word overlap (or a near-par
 embedding) plus hard rules for what overlap cannot vouch for (a number, month, name or
 quotation the passage lacks; a figure from another row, sentence or year), not by an
 entailment model (none runs offline here). The rules were written from hand-judged
-citations (input_data/citation_judgments.jsonl, citation_judgments_sample60.jsonl, and the lookup
-rule from citation_judgments_dev23.jsonl) and are measured on judged sets drawn after them
-(input_data/citation_judgments_dev41/dev59/dev97.jsonl): ``eval_answers.py --recheck``.
+citations (input_data/citation_judgments.jsonl, citation_judgments_sample60.jsonl, the lookup
+rule from citation_judgments_dev23.jsonl, the restated-question rule from the dev41-dev173 sets) and
+are measured on judged sets drawn after them (input_data/citation_judgments_dev307/dev353.jsonl and
+their predecessors, each marked fitted or held out in input_data/README.md): ``eval_answers.py --recheck``.
 """
 
 from __future__ import annotations
