@@ -16,12 +16,14 @@ or table cell (row label + column header + cell, for Markdown pipe tables) whose
 the claim's best, and beside the claim's year if it names one; in a table written one cell per
 line (the text extractor's way) a figure belongs to the label line above its run of values, and
 is not backed when another row's label fits the claim better, or holds a word of the question
-that the figure's row lacks ("total long-term liabilities" is not the "Total liabilities" row). The question's subject (the
-company, the document's own name for the period, a page reference) need not be repeated by the
-passage; any other number the question names ("error 288") must be backed like any figure. A
-printed page number is not a figure the page states; an ISO date is checked as the passage words it.
-A lookup ("EPS Code AR01", "error 88") is answered from the row of its key: not from a passage that
-lists only other keys of that kind, nor from the line nearest another row's key.
+that the figure's row lacks ("total long-term liabilities" is not the "Total liabilities" row).
+The question's subject (the company, the document's own name for the period, a page reference)
+need not be repeated by the passage; any other number the question names ("error 288") must be
+backed like any figure. A printed page number is not a figure the page states; an ISO date is
+checked as the passage words it. A lookup ("EPS Code AR01", "error 88") is answered from the row of
+its key: not from a passage that lists only other keys of that kind, nor from the line nearest
+another row's key. A sentence that restates the question is backed when what it adds stands on the
+page beside what was asked (not for a rank, count, comparison or colour).
 
 Small local models drop and invent markers, so nothing relies on the model citing
 correctly. Deliberately simple: support is judged by word overlap (or a near-paraphrase
@@ -522,9 +524,10 @@ def answer_beside_question(claim: str, passage: str, question: str) -> bool:
     """Is ``claim`` the question restated plus an answer that ``passage`` states beside what was asked?
     Small models answer "The email id of Mtre Laurent Nahmiash is lnahmiash@infavocats.com": the
     restated words need not be on the page, but every word the sentence adds must be, on one line or
-    just below the lines that hold the question's names and at least half of its words the page has. Side by side
-    cannot vouch for a rank, a count, a comparison or a colour (what a picture shows; "Red car with black roof"
-    is a caption), nor for a passage without the question's quoted terms ("the 'loss_cls' line").
+    just below the lines that hold the question's names and at least half of its words the page has.
+    Side by side cannot vouch for a rank, a count, a comparison or a colour (what a picture shows:
+    "Red car with black roof" is a caption), nor for a passage without the question's quoted terms
+    ("the 'loss_cls' line"). A page reference ("on page 10") is not a word of what was asked.
 
     answer_beside_question("The car's Wi-Fi Connect uses 4G connectivity.",
                            "Wi-Fi Connect\nTurn it into a hotspot with 4G connectivity", "What does the car's Wi-Fi Connect use?") -> True
@@ -532,7 +535,7 @@ def answer_beside_question(claim: str, passage: str, question: str) -> bool:
     if _NOT_SIDE_BY_SIDE.search(question) or not all(t.lower() in passage.lower() for t in _QUOTED_TERM.findall(question)):
         return False
     asked = {_stem(w) for w in tokenize(_REFERENCE.sub(" ", question))}
-    added = {_stem(w) for w in tokenize(claim)} - asked - {_stem(w) for w in tokenize(question)}
+    added = {_stem(w) for w in tokenize(claim)} - {_stem(w) for w in tokenize(question)}
     on_page = asked & {_stem(w) for w in tokenize(passage)}
     names = on_page & {_stem(w) for w in tokenize(" ".join(names_in(question)))}  # what picks the item: "Safety Connect"
     if not added or not on_page:
