@@ -512,7 +512,7 @@ _NOT_SIDE_BY_SIDE = re.compile(
     r"(?:larg|high|low|bigg|small|great|long|short|old|young|new|lat|earli|fast|slow|strong|weak|cheap)est|best|worst|"
     r"first|second|third|fourth|fifth|last|\d+(?:st|nd|rd|th)|colou?rs?)\b", re.I)
 _LINES_ABOVE = 3  # a label stands on a line above its value ("Wi-Fi Connect" / "a hotspot with 4G connectivity")
-_QUOTED_TERM = re.compile(r"(?<!\w)['‘`\"“]([^'’`\"”]{2,40})['’`\"”](?!\w)")  # "the 'loss_cls' line", not "What's … car's"
+_QUOTED_TERM = re.compile(r"(?<!\w)['‘`\"“]([^'’`\"”]{2,80})['’`\"”](?!\w)")  # "the 'loss_cls' line", not "What's … car's"
 
 
 def _stem(word: str) -> str:
@@ -526,8 +526,8 @@ def answer_beside_question(claim: str, passage: str, question: str) -> bool:
     restated words need not be on the page, but every word the sentence adds must be, on one line or
     just below the lines that hold the question's names and at least half of its words the page has.
     Side by side cannot vouch for a rank, a count, a comparison or a colour (what a picture shows:
-    "Red car with black roof" is a caption), nor for a passage without the question's quoted terms
-    ("the 'loss_cls' line"). A page reference ("on page 10") is not a word of what was asked.
+    "Red car with black roof" is a caption), nor for a passage without every name and quoted term of
+    the question ("the paper `V3Det: …`"). A page reference ("on page 10") is not a word of what was asked.
 
     answer_beside_question("The car's Wi-Fi Connect uses 4G connectivity.",
                            "Wi-Fi Connect\nTurn it into a hotspot with 4G connectivity", "What does the car's Wi-Fi Connect use?") -> True
@@ -536,9 +536,10 @@ def answer_beside_question(claim: str, passage: str, question: str) -> bool:
         return False
     asked = {_stem(w) for w in tokenize(_REFERENCE.sub(" ", question))}
     added = {_stem(w) for w in tokenize(claim)} - {_stem(w) for w in tokenize(question)}
-    on_page = asked & {_stem(w) for w in tokenize(passage)}
-    names = on_page & {_stem(w) for w in tokenize(" ".join(names_in(question)))}  # what picks the item: "Safety Connect"
-    if not added or not on_page:
+    page_words = {_stem(w) for w in tokenize(passage)}
+    on_page = asked & page_words
+    names = {_stem(w) for w in tokenize(" ".join(names_in(question)))}  # what picks the item: "Safety Connect"
+    if not added or not on_page or not names <= page_words:
         return False
     lines = passage.split("\n")
     for i, line in enumerate(lines):

@@ -426,6 +426,10 @@ def test_a_restated_question_is_backed_by_its_answer_standing_beside_what_was_as
     cover = _hit("Camry XSE\nCelestial Silver Metallic with Midnight Black Metallic roof", 5)
     assert not checker.answer_beside_question("The color of the Camry XSE on the cover is black.", cover.text,
                                               "What color is the Camry XSE on the cover?")  # a caption, not the picture
+    index = _hit("YOLOV3Neck (class in mmdet.models.necks)\nYOLOV3Head (class in mmdet.models.dense_heads)", 468)
+    assert not checker.answer_beside_question(  # the page never names the paper the question is about
+        "The class name for V3Det is YOLOV3Head.", index.text,
+        "If I want to use the detector in the paper V3Det, what is the implemented class name in mmdet.models.dense_heads?")
     legend = _hit("Loss curves\nbbox_color – Color of bbox lines. Default: green", 268)
     assert not checker.answer_beside_question("The color of the 'loss_cls' line is green.", legend.text,
                                               "What is the color of the 'loss_cls' line in the loss curve?")
