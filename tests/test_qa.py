@@ -418,7 +418,7 @@ def test_a_restated_question_is_backed_by_its_answer_standing_beside_what_was_as
                                         "What technology does the car's Safety Connect use?")
     assert right.supported and right.citations[0].verified
     assert elsewhere.supported is False  # 4G stands beside Wi-Fi Connect, not Safety Connect
-    # side by side vouches for no rank or count, nor for a passage without the question's quoted term
+    # side by side vouches for no rank, count or colour, nor for a page without the question's names and quoted terms
     panel = _hit("Operators\nTelkomsel 132 million subscribers\nXL Axiata 60 million subscribers\nIndosat 58 million", 7)
     [rank] = checker.verify_answer("The second largest operator by subscribers is Indosat [1].", [panel], embedder,
                                    "What is the second largest operator by subscribers?")
@@ -430,9 +430,9 @@ def test_a_restated_question_is_backed_by_its_answer_standing_beside_what_was_as
     assert not checker.answer_beside_question(  # the page never names the paper the question is about
         "The class name for V3Det is YOLOV3Head.", index.text,
         "If I want to use the detector in the paper V3Det, what is the implemented class name in mmdet.models.dense_heads?")
-    legend = _hit("Loss curves\nbbox_color – Color of bbox lines. Default: green", 268)
-    assert not checker.answer_beside_question("The color of the 'loss_cls' line is green.", legend.text,
-                                              "What is the color of the 'loss_cls' line in the loss curve?")
+    settings = _hit("Loss settings\nloss_bbox – weight of the box loss. Default: 1.0", 268)
+    assert not checker.answer_beside_question("The default weight of the 'loss_cls' loss is 1.0.", settings.text,
+                                              "What is the default weight of the 'loss_cls' loss?")
 
 
 def test_the_apps_words_before_a_quoted_line_are_not_checked_as_a_claim(embedder):
