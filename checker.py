@@ -148,7 +148,8 @@ def months_in(text: str) -> set[str]:
 
 
 # Currencies and units are capitalised without naming anything a passage must repeat ("Rs. 1,907.30").
-_UNIT_WORDS = set("rs inr usd us eur gbp jpy cny rmb chf aud cad sgd hkd mn bn".split())
+_UNIT_WORDS = set("rs inr usd us eur gbp jpy cny rmb chf aud cad sgd hkd mn bn "
+                  "rupee rupees dollar dollars euro euros pound pounds yen yuan".split())
 
 
 def names_in(text: str) -> set[str]:
@@ -313,12 +314,12 @@ def in_another_financial_year(figure: str, claim: str, passage: str) -> bool:
 _VALUE_LINE = re.compile(r"^[\s$€£¥%()\-–—.,*\d\xa0]+$")  # a cell: "$", "59,268", "(310)", "15.6%", "—"
 
 
-def labelled_values(lines: list[str]) -> list[tuple[set[str], set[str]]]:
-    """(label words, figures) of each line followed by a run of value-only lines: the rows of a table
-    the text extractor writes one cell per line, label first ("Total liabilities" / "$" / "41,190").
+def labelled_values(lines: list[str]) -> list[tuple[str, set[str], set[str]]]:
+    """(label line, label words, figures) of each line followed by a run of value-only lines: the rows
+    of a table the text extractor writes one cell per line, label first ("Total liabilities" / "$" / "41,190").
 
     labelled_values(["Total liabilities", "41,190", "Total equity", "$", "18,078"])
-      -> [({"total", "liabilities"}, {"41190"}), ({"total", "equity"}, {"18078"})]
+      -> [("Total liabilities", {"total", "liabilities"}, {"41190"}), ("Total equity", {"total", "equity"}, {"18078"})]
     """
     rows = []
     for i, line in enumerate(lines):
@@ -332,7 +333,7 @@ def labelled_values(lines: list[str]) -> list[tuple[set[str], set[str]]]:
         figures = set().union(*map(numbers_in, run)) if run else set()
         label = _label_words(line) - {"not"}
         if figures and label:
-            rows.append((label, figures))
+            rows.append((line, label, figures))
     return rows
 
 
@@ -340,34 +341,56 @@ def under_another_label(claim: str, passage: str, question: str = "") -> bool:
     """Does the claim give a figure from the wrong row of a cell-per-line table? True when one of its
     figures stands only under row labels that fit the claim (and question) less well than another row's
     label does ("total liabilities were $59,268" read off "Total liabilities and equity" while the
-    passage also has a "Total liabilities" row), or when each of its labels lacks a word of the question
-    that another row's label has (``_lacks_asked_qualifier``). A figure also written in prose is left to
-    the other rules.
+    passage also has a "Total liabilities" row), or when each of its labels lacks a word of the claim
+    that another row's label has (``_lacks_said_qualifier``), or when its best label adds two things of
+    which the claim names one (``names_one_side``). A figure also written in prose is left to the other rules.
 
     under_another_label("Total liabilities were 59,268.", "Total liabilities\n41,190\nTotal liabilities and equity\n59,268") -> True
     """
     lines = passage.split("\n")
     rows = labelled_values(lines)
     words = _label_words(claim) | _label_words(question)
-    asked = _label_words(question) - {re.sub(r"['’]s$", "", n) for n in names_in(question)}  # its subject aside
+    # what the claim says the figure is, its subject aside (a measure asked of "cash conversion cycle"
+    # lists "Inventories, 2021: 6,854": the question's "cash" picks no row)
+    said = _label_words(claim) - {re.sub(r"['’]s$", "", n) for n in names_in(question) | names_in(claim)}
     fit = lambda label: len(label & words) / len(label)  # noqa: E731  (the share of the row's label the claim says)
     in_prose = set().union(*(numbers_in(line) for line in lines if not _VALUE_LINE.match(line)))
     # a year or a span of years ("2003-04") heads a column or a row; it is no figure of one
     for figure in numbers_in(_YEAR_SPAN.sub(" ", claim)) - subject_figures(question) - years_in(claim) - in_prose:
-        own = [label for label, figures in rows if figure in figures]
-        others = [label for label, figures in rows if figure not in figures]
-        if own and others and max(map(fit, others)) >= 0.5 and max(map(fit, others)) > max(map(fit, own)):
+        own = [(line, label) for line, label, figures in rows if figure in figures]
+        others = [label for _, label, figures in rows if figure not in figures]
+        if not own:
+            continue
+        best_line, best = max(own, key=lambda row: fit(row[1]))
+        if others and max(map(fit, others)) >= 0.5 and max(map(fit, others)) > fit(best):
             return True
-        if own and all(_lacks_asked_qualifier(label, others, asked) for label in own):
+        if all(_lacks_said_qualifier(label, others, said) for _, label in own) or names_one_side(best_line, words):
             return True
     return False
 
 
-def _lacks_asked_qualifier(label: set[str], other_labels: list[set[str]], asked: set[str]) -> bool:
-    """Does another row's label hold a word the question asks for that this label lacks, and more of
-    the question's words? "Total liabilities" answers no question about "total long-term liabilities"
-    when "Other long-term liabilities" is a row of the same table: the qualifier points at other rows."""
-    return any((asked - label) & other and len(asked & other) > len(asked & label) for other in other_labels)
+_AND = re.compile(r"\s(?:and|&)\s", re.I)
+
+
+def names_one_side(label_line: str, said: set[str]) -> bool:
+    """Is ``label_line`` a row that adds two things ("Total liabilities and equity") while ``said``
+    (the claim's and question's words) names only the first? Its figure is then a sum, not that thing.
+    "Cash and cash equivalents" is not such a pair when "cash" is said: its second side says it too.
+
+    names_one_side("TOTAL LIABILITIES AND EQUITY", {"total", "liabilities"}) -> True
+    """
+    parts = _AND.split(label_line, maxsplit=1)
+    if len(parts) < 2:
+        return False
+    first, second = _label_words(parts[0]), _label_words(parts[1])
+    return bool(first & said) and bool(second) and not second & said
+
+
+def _lacks_said_qualifier(label: set[str], other_labels: list[set[str]], said: set[str]) -> bool:
+    """Does another row's label hold a word the claim says that this label lacks, and more of the
+    claim's words? "Total liabilities" backs no claim about "total long-term liabilities" when "Other
+    long-term liabilities" is a row of the same table: the qualifier points at other rows."""
+    return any((said - label) & other and len(said & other) > len(said & label) for other in other_labels)
 
 
 # -----------------------------------------------------------------------------
@@ -551,12 +574,32 @@ def answer_beside_question(claim: str, passage: str, question: str) -> bool:
     return False
 
 
+# Words that point at where a fact stands rather than state it ("as stated in the document", "given
+# under Unit 8 in the table", "the source states this in the following sentence:").
+_SOURCE_WORDS = frozenset(
+    "document documents page pages slide slides table tables figure figures source sources passage text "
+    "sentence following stated states says mentioned written shown".split())
+
+
+def strangers(question: str, sources: list[Hit]) -> set[str]:
+    """The question's names that no source holds (a premise the documents do not share: "the plants of
+    Apple Inc." asked of an Indian tobacco company's report). Short codes ("FY") are left aside.
+
+    strangers("Where are the plants of Apple Inc.?", [Hit(text="The Company's plant is at Andheri", ...)]) -> {"apple", "inc"}
+    """
+    held = {re.sub(r"['’]s$", "", w.lower()) for hit in sources for w in _WORD.findall(hit.text)}
+    return {n for n in names_in(question) if n.isalpha() and len(n) > 2} - held
+
+
 def support_scores(sentence: str, sources: list[Hit], sentence_vec, source_vecs, question: str = "") -> list[float]:
     """How well each source supports a sentence: max of word overlap and embedding similarity, each
     divided by its threshold, so >= 1 means supported; 0 when the sentence has a detail the source
-    cannot back (``unbacked_detail``): similar wording is no support for a figure the passage lacks."""
+    cannot back (``unbacked_detail``): similar wording is no support for a figure the passage lacks.
+    A sentence naming what the question names but no source holds (``strangers``) is backed by none."""
     claim = strip_markers(sentence).replace(QUOTE_LEAD, "")
     words = set(tokenize(claim))
+    if strangers(question, sources) & {re.sub(r"['’]s$", "", w.lower()) for w in _WORD.findall(claim)}:
+        return [0.0] * len(sources)
     # the question's subject ("Ulta Beauty", "FY2023"): its tokens that its plain lower-case words do not make
     plain = " ".join(w for w in _WORD.findall(question) if re.sub(r"['’]s$", "", w.lower()) not in names_in(question))
     subject = (set(tokenize(question)) - set(tokenize(plain.lower()))) | years_in(question)
@@ -566,7 +609,8 @@ def support_scores(sentence: str, sources: list[Hit], sentence_vec, source_vecs,
             scores.append(0.0)
             continue
         passage_words = set(tokenize(hit.text))
-        needed = words - (subject - passage_words)  # the question's subject need not be repeated by the passage
+        # neither the question's subject nor words pointing at the source need be repeated by the passage
+        needed = words - ((subject | _SOURCE_WORDS) - passage_words)
         overlap = len(needed & passage_words) / len(needed) if len(needed) >= 2 else 0.0
         similarity = float(np.dot(sentence_vec, vec))
         restated = 1.0 if answer_beside_question(claim, hit.text, question) else 0.0

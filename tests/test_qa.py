@@ -348,7 +348,10 @@ def test_a_figure_under_another_row_label_of_a_cell_per_line_table_is_not_suppor
     assert right_row.supported and right_row.citations[0].verified
     assert own_label.supported and own_label.citations[0].verified
     assert checker.under_another_label("Total liabilities were 59,268.", text)
-    assert not checker.under_another_label("Total liabilities were 59,268.", text.replace("Total liabilities\n", "Other\n"))
+    # without a "Total liabilities" row in the passage, the sum of liabilities and equity is still no figure of liabilities
+    assert checker.under_another_label("Total liabilities were 59,268.", text.replace("Total liabilities\n", "Other\n"))
+    assert not checker.under_another_label("Total liabilities and equity were 59,268.", text.replace("Total liabilities\n", "Other\n"))
+    assert not checker.names_one_side("Cash and cash equivalents", {"cash"})  # its second side says "cash" too
 
 
 def test_a_figure_whose_row_lacks_the_qualifier_the_question_asks_for_is_not_supported(embedder):
@@ -365,6 +368,11 @@ def test_a_figure_whose_row_lacks_the_qualifier_the_question_asks_for_is_not_sup
     dated = balance_sheet_text((("May 31,", "2021", "2020"),))
     [line] = checker.verify_answer("Total liabilities, 2020: 36,851 [1]", [_hit(dated, 38)], embedder, "What is the debt ratio in FY2021?")
     assert line.supported and line.citations[0].verified
+    # the qualifier is the claim's: a measure's line names its row, whatever words the question's measure has
+    assets = balance_sheet_text((("Cash and cash equivalents", "9,889", "8,348"), ("Inventories", "6,854", "7,367")))
+    [stock] = checker.verify_answer("Inventories, 2021: 6,854 [1]", [_hit(assets, 61)], embedder,
+                                    "What is cash conversion cycle in FY2021 for Nike?")
+    assert stock.supported and stock.citations[0].verified
 
 
 def test_a_figure_from_the_row_of_another_financial_year_is_not_supported(embedder):
@@ -401,10 +409,41 @@ def test_a_figure_in_another_sentence_of_the_cited_page_is_not_supported(embedde
 def test_the_questions_subject_need_not_be_repeated_by_the_passage(embedder):
     """The filing says "fiscal 2022" where the user said FY2023, and never names the company in the passage."""
     sources = [_hit("Merchandise inventories, net were $1,742.2 million at the end of fiscal 2022, "
-                    "compared to $1,499.1 million at the end of fiscal 2021.", 7)]
+                    "compared to $1,499.1 million at the end of fiscal 2021.", 7),
+               _hit("Ulta Beauty Announces Fourth Quarter and Fiscal 2022 Results", 1)]  # another passage shown names it
     question = "What were Ulta Beauty's inventories in FY2023?"
     [checked] = checker.verify_answer("Ulta Beauty's inventories in FY2023 were $1,742.2 million [1].", sources, embedder, question)
-    assert checked.supported and checked.citations[0].verified
+    assert checked.supported and checked.citations[0].verified and checked.citations[0].page == 7
+
+
+def test_a_sentence_naming_what_no_source_holds_is_not_supported(embedder):
+    """The question's subject need not be on the cited page, but some passage shown must name it:
+    "the plants of Apple Inc." asked of a tobacco company's report is a premise the documents do not share."""
+    plants = _hit("xiv) Plant Locations\nThe Company has two plants: one is located at Andheri (Mumbai) and the other at "
+                  "Guldhar (Ghaziabad).", 15)
+    cover = _hit("GODFREY PHILLIPS INDIA LIMITED\nAnnual Report 2002-2003", 1)
+    answer = "The two plants of {} are located at Andheri (Mumbai) and Guldhar (Ghaziabad) [1]."
+    [foreign] = checker.verify_answer(answer.format("Apple Inc."), [plants, cover], embedder, "Where are the two plants of Apple Inc. located?")
+    [own] = checker.verify_answer(answer.format("Godfrey Phillips"), [plants, cover], embedder,
+                                  "Where are the two plants of Godfrey Phillips located?")
+    assert foreign.supported is False
+    assert own.supported and own.citations[0].page == 15
+    assert checker.strangers("Where are the two plants of Apple Inc. in FY 2003?", [plants, cover]) == {"apple", "inc"}
+
+
+def test_words_pointing_at_the_source_need_not_be_on_it(embedder):
+    """"… of the slide is …", "as stated in the document": words about where a fact stands, not facts of the page."""
+    slide = _hit("Medical Informatics and HIT Systems\nDavid Lubliner", 1)
+    [title] = checker.verify_answer('The title of the slide is "Medical Informatics and HIT Systems" [1].', [slide], embedder,
+                                    "What is the title of the slide?")
+    [wrong] = checker.verify_answer('The title of the slide is "Nursing Informatics and Health Systems" [1].', [slide], embedder,
+                                    "What is the title of the slide?")
+    assert title.supported and title.citations[0].verified
+    assert wrong.supported is False
+    watch = _hit("During a workout\nPress and hold to lock or unlock the screen.\nPress to mute.", 12)
+    [stated] = checker.verify_answer("Press and hold to lock or unlock the screen, as stated in the document [1].", [watch], embedder,
+                                     "How do I lock the screen during a workout?")
+    assert stated.supported and stated.citations[0].verified
 
 
 def test_a_restated_question_is_backed_by_its_answer_standing_beside_what_was_asked(embedder):
@@ -464,6 +503,7 @@ def test_a_reformatted_date_and_a_currency_are_checked_as_the_passage_writes_the
     assert not checker.unbacked_detail("The attorneys signed on 2021-02-08.", sources[0].text, question, 14)
     assert checker.unbacked_detail("The attorneys signed on 2021-03-08.", sources[0].text, question, 14)
     assert checker.names_in("The dividend paid was Rs. 1,907.30 by ITC") == {"itc"}
+    assert checker.names_in("The total dividend of ITC (in Rupee) was paid in US Dollars") == {"itc"}  # currencies name nothing
 
 
 def test_the_word_for_word_answer_from_a_short_page_is_verified(embedder):
