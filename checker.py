@@ -15,11 +15,13 @@ A number is backed only where the passage says it about the same thing: in the s
 or table cell (row label + column header + cell, for Markdown pipe tables) whose words fit
 the claim's best, and beside the claim's year if it names one; in a table written one cell per
 line (the text extractor's way) a figure belongs to the label line above its run of values, and
-is not backed when another row's label fits the claim better, or holds a word of the question
-that the figure's row lacks ("total long-term liabilities" is not the "Total liabilities" row).
+is not backed when another row's label fits the claim better, or holds a word of the claim
+that the figure's row lacks ("total long-term liabilities" is not the "Total liabilities" row),
+or adds a second thing the claim does not name ("Total liabilities and equity").
 The question's subject (the company, the document's own name for the period, a page reference)
-need not be repeated by the passage; any other number the question names ("error 288") must be
-backed like any figure. A printed page number is not a figure the page states; an ISO date is
+need not be repeated by the passage, but some passage shown must name it; words pointing at the
+source ("as stated in the document") need not be on it either; any other number the question
+names ("error 288") must be backed like any figure. A printed page number is not a figure the page states; an ISO date is
 checked as the passage words it. A lookup ("EPS Code AR01", "error 88") is answered from the row of
 its key: not from a passage that lists only other keys of that kind, nor from the line nearest
 another row's key. A sentence that restates the question is backed when what it adds stands on the
@@ -32,7 +34,7 @@ quotation the passage lacks; a figure from another row, sentence or year), not b
 entailment model (none runs offline here). The rules were written from hand-judged
 citations (input_data/citation_judgments.jsonl, citation_judgments_sample60.jsonl, the lookup
 rule from citation_judgments_dev23.jsonl, the restated-question rule from the dev41-dev173 sets) and
-are measured on judged sets drawn after them (input_data/citation_judgments_dev307/dev353.jsonl and
+are measured on judged sets drawn after them (input_data/citation_judgments_dev307 … dev503.jsonl and
 their predecessors, each marked fitted or held out in input_data/README.md): ``eval_answers.py --recheck``.
 """
 
