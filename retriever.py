@@ -60,6 +60,7 @@ from routing import (
     initials,
     names_in_question,
     names_with_initials,
+    row_labels_with_initials,
     route,
 )
 
@@ -313,7 +314,7 @@ class Retriever:
         first_pages = [page_texts[page] for page in sorted(page_texts)[: config.PROFILE_PAGES]]
         return {
             "profile": document_profile(col.metadata.get("doc_name", name), first_pages, text),
-            "page_names": {page: set(names_with_initials(text)) for page, text in page_texts.items()},
+            "page_names": {page: set(names_with_initials(text) + row_labels_with_initials(text)) for page, text in page_texts.items()},
             "page_written": {page: acronyms_written(text) for page, text in page_texts.items()},
             "statement_pages": {page: statements_headed(text) for page, text in page_texts.items() if statements_headed(text)},
             "collection": col,

@@ -120,6 +120,30 @@ def names_with_initials(text: str) -> list[tuple[str, str]]:
     return pairs
 
 
+_FIGURES_LINE = re.compile(r"^[\s$€£¥%()\-–—.,*\d\xa0]+$")  # "$", "6,692", "(310)", "15.6%"
+
+
+def row_labels_with_initials(text: str) -> list[tuple[str, str]]:
+    """(initials, label) of each table row label of 2-5 words: a line followed by its figures, one
+    cell per line as the text extractor writes statements. Analysts abbreviate line items ("LD" or
+    "LTD" for "Long-term debt", "TL" for "Total liabilities") that are no capitalised name.
+
+    row_labels_with_initials("Long-term debt, excluding current portion\n$\n6,692") -> [("ld", "Long-term debt"), ("ltd", "Long-term debt")]
+    """
+    lines = [line.strip() for line in text.split("\n")]
+    pairs = []
+    for i, line in enumerate(lines[:-1]):
+        after = lines[i + 1:i + 3]
+        if _FIGURES_LINE.match(line) or not _FIGURES_LINE.match(after[0]) or not any(c.isdigit() for c in "".join(after)):
+            continue
+        label = re.split(r"[,(:]", line)[0].strip()
+        words = label.split()
+        if 2 <= len(words) <= 5 and label[0].isupper():
+            pairs += [(letters, label) for letters in dict.fromkeys(("".join(w[0] for w in words).lower(),
+                                                                     "".join(p[0] for w in words for p in w.split("-") if p).lower()))]
+    return pairs
+
+
 def acronyms_asked(question: str) -> set[str]:
     """The acronyms a question uses, lower-cased: words in capitals standing on their own (not the
     "MM" of "YYYY-MM-DD"); none when the question is written in capitals throughout.

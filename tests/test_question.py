@@ -5,7 +5,8 @@ from __future__ import annotations
 from qa import question_for_prompt
 from question import parse_question, statements_measured, statements_named, year_wordings, years_named
 from retriever import STOPWORDS, keyword_tokens
-from routing import acronyms_asked, acronyms_in, distinctive_words, document_profile, expansion_here, names_in_question, route, year_style
+from routing import (acronyms_asked, acronyms_in, distinctive_words, document_profile, expansion_here, names_in_question, route,
+                     row_labels_with_initials, year_style)
 
 
 def test_instructions_about_the_answer_are_split_from_the_question():
@@ -84,6 +85,9 @@ def test_an_acronym_stands_for_the_name_on_the_page_that_shares_the_question_s_w
     assert acronyms_asked("Which TO grew in 2014? Date it YYYY-MM-DD.") == {"to"}
     assert acronyms_asked("In the slide that includes MID and Trends, what does the PRC’s IP show?") == {"mid", "prc", "ip"}
     assert acronyms_asked("WHAT IS THE 2nd OBJECTIVE OF REGULATORY EFFICIENCY?") == set()
+    # a table's row labels are line items analysts abbreviate; a heading or a label alone on its line is not one
+    assert row_labels_with_initials("ASSETS\nLong-term debt, excluding current portion\n$\n6,692\nNet sales 12\nNotes\nSee below") == [
+        ("ld", "Long-term debt"), ("ltd", "Long-term debt")]
 
 
 def test_routing_picks_named_documents_by_distinctive_words_only():

@@ -383,6 +383,23 @@ def test_an_acronym_is_searched_as_the_name_it_abbreviates_on_the_page_that_shar
     assert [h.page for h in retriever.search("How do staff prepare for TWS?", k=1, mode="semantic", acronyms=False)] != [1]
 
 
+def test_an_acronym_may_stand_for_a_table_row_label(store, embedder, tmp_path):
+    """Analysts abbreviate line items ("LD" for "Long-term debt"), which a statement writes in lower case,
+    so they are no capitalised name; the cover's address "Lake Drive" has the same initials."""
+    pdf = write_text_pdf(tmp_path / "acme.pdf", [
+        "ACME CORPORATION\n999 Lake Drive, Issaquah\nAnnual report on Form 10-K",
+        "ACME CORPORATION\nCONSOLIDATED BALANCE SHEETS\nTotal liabilities\n41,190\n"
+        "Long-term debt, excluding current portion\n$\n6,692\nTotal equity\n18,078",
+        "Our warehouses sell groceries, fuel and electronics to members.",
+        "Members renew each year; the fee rose in the spring.",
+        "Risk factors include weather, fuel prices and labour costs.",
+    ])
+    retriever = retriever_with(store, embedder, pdf)
+    question = "What is LD to TL in the consolidated balance sheets of ACME?"
+    assert retriever.spelled_out(question) == "What is LD (Long-term debt) to TL (Total liabilities) in the consolidated balance sheets of ACME?"
+    assert retriever.spelled_out("Where is ACME's LD?") == "Where is ACME's LD (Lake Drive)?"  # nothing else shared: the cover's address, as before
+
+
 def test_an_acronym_in_capitals_finds_its_name_not_the_same_letters_as_a_word(store, embedder, tmp_path):
     pdf = write_text_pdf(tmp_path / "operators.pdf", [
         "Telecom Operators grew their subscriber bases; Telkomsel led the field.",
