@@ -48,6 +48,7 @@ import numpy as np
 import calc
 import config
 from retriever import Hit, tokenize
+from routing import NAME_RUN
 
 # -----------------------------------------------------------------------------
 # Citations
@@ -580,17 +581,19 @@ def answer_beside_question(claim: str, passage: str, question: str) -> bool:
 # under Unit 8 in the table", "the source states this in the following sentence:").
 _SOURCE_WORDS = frozenset(
     "document documents page pages slide slides table tables figure figures source sources passage text "
-    "sentence following stated states says mentioned written shown".split())
+    "sentence following stated states says".split())
 
 
 def strangers(question: str, sources: list[Hit]) -> set[str]:
-    """The question's names that no source holds (a premise the documents do not share: "the plants of
-    Apple Inc." asked of an Indian tobacco company's report). Short codes ("FY") are left aside.
+    """The words of the question's multi-word names that no source holds (a premise the documents do
+    not share: "the plants of Apple Inc." asked of an Indian tobacco company's report). A capitalised
+    word alone ("Singaporean students") need not be a name a document prints; short codes ("FY") neither.
 
     strangers("Where are the plants of Apple Inc.?", [Hit(text="The Company's plant is at Andheri", ...)]) -> {"apple", "inc"}
     """
     held = {re.sub(r"['’]s$", "", w.lower()) for hit in sources for w in _WORD.findall(hit.text)}
-    return {n for n in names_in(question) if n.isalpha() and len(n) > 2} - held
+    named = {re.sub(r"['’]s$", "", w.lower()) for run in NAME_RUN.findall(question) for w in run.split()}
+    return {n for n in named if n.isalpha() and len(n) > 2} - held
 
 
 def support_scores(sentence: str, sources: list[Hit], sentence_vec, source_vecs, question: str = "") -> list[float]:

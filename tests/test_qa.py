@@ -429,6 +429,7 @@ def test_a_sentence_naming_what_no_source_holds_is_not_supported(embedder):
     assert foreign.supported is False
     assert own.supported and own.citations[0].page == 15
     assert checker.strangers("Where are the two plants of Apple Inc. in FY 2003?", [plants, cover]) == {"apple", "inc"}
+    assert checker.strangers("How many hours must a Singaporean student serve?", [plants]) == set()  # a word, not a printed name
 
 
 def test_words_pointing_at_the_source_need_not_be_on_it(embedder):
