@@ -21,8 +21,8 @@ or adds a second thing the claim does not name ("Total liabilities and equity").
 The question's subject (the company, the document's own name for the period, a page reference)
 need not be repeated by the passage, but some passage shown must name it; words pointing at the
 source ("as stated in the document") need not be on it either; any other number the question
-names ("error 288") must be backed like any figure. A printed page number is not a figure the page states; an ISO date is
-checked as the passage words it. A lookup ("EPS Code AR01", "error 88") is answered from the row of
+names ("error 288") must be backed like any figure. A printed page number is not a figure the page
+states; an ISO date is checked as the passage words it. A lookup ("EPS Code AR01", "error 88") is answered from the row of
 its key: not from a passage that lists only other keys of that kind, nor from the line nearest
 another row's key. A sentence that restates the question is backed when what it adds stands on the
 page beside what was asked (not for a rank, count, comparison or colour).
@@ -48,7 +48,7 @@ import numpy as np
 import calc
 import config
 from retriever import Hit, tokenize
-from routing import NAME_RUN
+from routing import FIGURES_LINE, NAME_RUN
 
 # -----------------------------------------------------------------------------
 # Citations
@@ -314,9 +314,6 @@ def in_another_financial_year(figure: str, claim: str, passage: str) -> bool:
     return bool(row_years) and all(years is not None and not years & asked for years in row_years)
 
 
-_VALUE_LINE = re.compile(r"^[\s$€£¥%()\-–—.,*\d\xa0]+$")  # a cell: "$", "59,268", "(310)", "15.6%", "—"
-
-
 def labelled_values(lines: list[str]) -> list[tuple[str, set[str], set[str]]]:
     """(label line, label words, figures) of each line followed by a run of value-only lines: the rows
     of a table the text extractor writes one cell per line, label first ("Total liabilities" / "$" / "41,190").
@@ -326,11 +323,11 @@ def labelled_values(lines: list[str]) -> list[tuple[str, set[str], set[str]]]:
     """
     rows = []
     for i, line in enumerate(lines):
-        if _VALUE_LINE.match(line) or not line.strip():
+        if FIGURES_LINE.match(line) or not line.strip():
             continue
         run = []
         for value in lines[i + 1:]:
-            if not _VALUE_LINE.match(value):
+            if not FIGURES_LINE.match(value):
                 break
             run.append(value)
         figures = set().union(*map(numbers_in, run)) if run else set()
@@ -357,7 +354,7 @@ def under_another_label(claim: str, passage: str, question: str = "") -> bool:
     # lists "Inventories, 2021: 6,854": the question's "cash" picks no row)
     said = _label_words(claim) - {re.sub(r"['’]s$", "", n) for n in names_in(question) | names_in(claim)}
     fit = lambda label: len(label & words) / len(label)  # noqa: E731  (the share of the row's label the claim says)
-    in_prose = set().union(*(numbers_in(line) for line in lines if not _VALUE_LINE.match(line)))
+    in_prose = set().union(*(numbers_in(line) for line in lines if not FIGURES_LINE.match(line)))
     # a year or a span of years ("2003-04") heads a column or a row; it is no figure of one
     for figure in numbers_in(_YEAR_SPAN.sub(" ", claim)) - subject_figures(question) - years_in(claim) - in_prose:
         own = [(line, label) for line, label, figures in rows if figure in figures]
@@ -596,14 +593,15 @@ def strangers(question: str, sources: list[Hit]) -> set[str]:
     return {n for n in named if n.isalpha() and len(n) > 2} - held
 
 
-def support_scores(sentence: str, sources: list[Hit], sentence_vec, source_vecs, question: str = "") -> list[float]:
+def support_scores(sentence: str, sources: list[Hit], sentence_vec, source_vecs, question: str = "",
+                   unknown: set[str] = frozenset()) -> list[float]:
     """How well each source supports a sentence: max of word overlap and embedding similarity, each
     divided by its threshold, so >= 1 means supported; 0 when the sentence has a detail the source
     cannot back (``unbacked_detail``): similar wording is no support for a figure the passage lacks.
-    A sentence naming what the question names but no source holds (``strangers``) is backed by none."""
+    A sentence with a word of ``unknown`` (the question's ``strangers``) is backed by none."""
     claim = strip_markers(sentence).replace(QUOTE_LEAD, "")
     words = set(tokenize(claim))
-    if strangers(question, sources) & {re.sub(r"['’]s$", "", w.lower()) for w in _WORD.findall(claim)}:
+    if unknown & {re.sub(r"['’]s$", "", w.lower()) for w in _WORD.findall(claim)}:
         return [0.0] * len(sources)
     # the question's subject ("Ulta Beauty", "FY2023"): its tokens that its plain lower-case words do not make
     plain = " ".join(w for w in _WORD.findall(question) if re.sub(r"['’]s$", "", w.lower()) not in names_in(question))
@@ -630,6 +628,7 @@ def verify_answer(answer: str, sources: list[Hit], embedder, question: str = "")
         return [CheckedSentence(s, [], None) for s in sentences]
     sentence_vecs = embedder.embed_documents([strip_markers(s) for s in sentences])
     source_vecs = embedder.embed_documents([h.text for h in sources])
+    unknown = strangers(question, sources)
     checked = []
     for sentence, vec in zip(sentences, sentence_vecs):
         cited = parse_citations(sentence)
@@ -637,7 +636,7 @@ def verify_answer(answer: str, sources: list[Hit], embedder, question: str = "")
         if len(tokenize(strip_markers(sentence))) < config.SUPPORT_MIN_WORDS or calc.is_arithmetic_line(sentence):
             checked.append(CheckedSentence(sentence, [], None, fabricated))
             continue
-        scores = support_scores(sentence, sources, vec, source_vecs, question)
+        scores = support_scores(sentence, sources, vec, source_vecs, question, unknown)
         citations = [
             Citation(n, sources[n - 1].doc_name, sources[n - 1].page, sources[n - 1].collection, scores[n - 1] >= 1)
             for n in cited

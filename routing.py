@@ -120,7 +120,7 @@ def names_with_initials(text: str) -> list[tuple[str, str]]:
     return pairs
 
 
-_FIGURES_LINE = re.compile(r"^[\s$€£¥%()\-–—.,*\d\xa0]+$")  # "$", "6,692", "(310)", "15.6%"
+FIGURES_LINE = re.compile(r"^[\s$€£¥%()\-–—.,*\d\xa0]+$")  # a table cell of figures: "$", "59,268", "(310)", "15.6%", "—"
 
 
 def row_labels_with_initials(text: str) -> list[tuple[str, str]]:
@@ -134,13 +134,14 @@ def row_labels_with_initials(text: str) -> list[tuple[str, str]]:
     pairs = []
     for i, line in enumerate(lines[:-1]):
         after = lines[i + 1:i + 3]
-        if _FIGURES_LINE.match(line) or not _FIGURES_LINE.match(after[0]) or not any(c.isdigit() for c in "".join(after)):
+        if FIGURES_LINE.match(line) or not FIGURES_LINE.match(after[0]) or not any(c.isdigit() for c in "".join(after)):
             continue
         label = re.split(r"[,(:]", line)[0].strip()
         words = label.split()
         if 2 <= len(words) <= 5 and label[0].isupper():
-            pairs += [(letters, label) for letters in dict.fromkeys(("".join(w[0] for w in words).lower(),
-                                                                     "".join(p[0] for w in words for p in w.split("-") if p).lower()))]
+            by_word = "".join(w[0] for w in words)  # "LD"
+            by_part = "".join(part[0] for w in words for part in w.split("-") if part)  # "LTD"
+            pairs += [(letters.lower(), label) for letters in dict.fromkeys((by_word, by_part))]
     return pairs
 
 
