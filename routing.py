@@ -7,8 +7,9 @@
     those names + every in-scope profile
       -> route(): {collection: score} for the documents the question names
     question -> acronyms_asked(): "MD", "TO" (not the "MM" of "YYYY-MM-DD")
-      + how much of the question each page with a name of those initials, or with the
-        acronym printed, shares (the retriever scores that on its keyword index)
+      + how much of the question each page with a name of those initials (a capitalised run,
+        or a table row label: row_labels_with_initials), or with the acronym printed, shares
+        (the retriever scores that on its keyword index)
       -> expansion_here(): the name it stands for here, or None -> expand_acronyms()
 
 Across a library of similar documents (ten annual reports), the same statement
@@ -23,7 +24,8 @@ Deliberately simple: no entity recogniser; a name is a capitalised word on the
 first pages that the document never writes in lower case ("Costco", "Pew", not
 "Chairman" or "Board") or a file-name word, an acronym is the initials of a run of
 capitalised words, with and without a legal suffix ("Pew Research Center" ->
-"prc"; "Travelers Insurance Company" -> "ti", "tic"), or a word written in capitals.
+"prc"; "Travelers Insurance Company" -> "ti", "tic"), a table row label's initials ("Long-term
+debt" -> "ld", "ltd"), or a word written in capitals.
 On the question's side only what it writes as a name counts, and of a run of
 capitalised words only the first: "non-executive directors of GODFREY PHILLIPS
 INDIA LIMITED" must not name another company's report because its first pages
