@@ -585,10 +585,13 @@ def strangers(question: str, sources: list[Hit]) -> set[str]:
     """The words of the question's multi-word names that no source holds (a premise the documents do
     not share: "the plants of Apple Inc." asked of an Indian tobacco company's report). A capitalised
     word alone ("Singaporean students") need not be a name a document prints; short codes ("FY") neither.
+    A source's file name counts: a filing's running header, which often is where its company's name
+    stands, is in no passage ("ulta_beauty_q4.pdf" names Ulta Beauty).
 
     strangers("Where are the plants of Apple Inc.?", [Hit(text="The Company's plant is at Andheri", ...)]) -> {"apple", "inc"}
     """
-    held = {re.sub(r"['’]s$", "", w.lower()) for hit in sources for w in _WORD.findall(hit.text)}
+    file_names = " ".join(re.sub(r"[_.\-]+", " ", hit.doc_name) for hit in sources)
+    held = {re.sub(r"['’]s$", "", w.lower()) for w in _WORD.findall(" ".join(hit.text for hit in sources) + " " + file_names)}
     named = {re.sub(r"['’]s$", "", w.lower()) for run in NAME_RUN.findall(question) for w in run.split()}
     return {n for n in named if n.isalpha() and len(n) > 2} - held
 

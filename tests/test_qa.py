@@ -430,6 +430,8 @@ def test_a_sentence_naming_what_no_source_holds_is_not_supported(embedder):
     assert own.supported and own.citations[0].page == 15
     assert checker.strangers("Where are the two plants of Apple Inc. in FY 2003?", [plants, cover]) == {"apple", "inc"}
     assert checker.strangers("How many hours must a Singaporean student serve?", [plants]) == set()  # a word, not a printed name
+    filed = Hit(id="c7", collection="pdf_rag_test", doc_name="ulta_beauty_q4.pdf", page=7, start=0, end=9, text="Net sales rose.")
+    assert checker.strangers("What were Ulta Beauty's net sales?", [filed]) == set()  # the file name names it
 
 
 def test_words_pointing_at_the_source_need_not_be_on_it(embedder):
