@@ -289,11 +289,36 @@ def misplaced_figures(claim: str, passage: str, question: str = "") -> set[str]:
     for figure in numbers_in(claim) - subject_figures(question):
         if _YEAR.match(figure) and figure in years_in(passage):
             continue  # a year the claim names is context, checked below for each figure beside it
-        places = [(u, w, n) for u, w, n in figure_units if figure in n]
+        places = _worded_places([(u, w, n) for u, w, n in figure_units if figure in n], figure, passage)
         fits = [len(words & w) for u, w, n in places if not (years and years_in(u) - {figure} and not years & years_in(u))]
         if (places and not (fits and max(fits) >= max(best_fit, 1))) or in_another_financial_year(figure, claim, passage):
             misplaced.add(figure)
     return misplaced
+
+
+def _worded_places(places: list[tuple[str, set[str], set[str]]], figure: str, passage: str) -> list:
+    """``places`` narrowed to where the passage writes ``figure`` on a line with words, when it does
+    anywhere, each place ending where a run of value-only lines begins: such a line says what the
+    figure is, and a bare repeat of it among a chart's values (flattened one per line), or the labels
+    printed after those values, say nothing more about it.
+
+    "GDP (per capita): (2014) $4,271" then "$4,271" among "2011", "2012": "$4,271 in 2012" is judged by the first line only
+    """
+    lines = [" ".join(line.split()) for line in passage.split("\n")]
+    narrowed = []
+    for i, line in enumerate(lines):
+        if figure not in numbers_in(line) or FIGURES_LINE.match(line) or _TABLE_LINE.match(line):
+            continue
+        stop = next((j for j in range(i + 1, len(lines)) if lines[j] and FIGURES_LINE.match(lines[j])), len(lines))
+        upto = " ".join(part for part in lines[i:stop] if part)
+        for unit, words, numbers in places:
+            if line in unit:
+                start = unit.index(line)
+                cut = unit[: start + len(upto)] if unit[start:].startswith(upto) else unit
+                narrowed.append((cut, _label_words(cut), numbers_in(cut)))
+            elif unit in line:
+                narrowed.append((unit, words, numbers))
+    return narrowed or places
 
 
 def in_another_financial_year(figure: str, claim: str, passage: str) -> bool:

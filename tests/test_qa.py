@@ -389,6 +389,23 @@ def test_a_figure_from_the_row_of_another_financial_year_is_not_supported(embedd
     assert checker.financial_years("between 2002 to 2003; rows 2003-04 and 1999-00; 2001-2005") == {"2002-03", "2003-04", "1999-00"}
 
 
+COUNTRY_SLIDE = ("Country Overview\nPopulation: (July 2013 est.) 251,160,124\nGDP (per capita): (2014) $4,271\n"
+                 "Facebook: 4th in the world at 70 million users\n50%\n$4,271\n85\n$4,071\n35%\n2010\n2011\n2012\n2013\n"
+                 "GDP per capita\nSmartphone Penetration")
+
+
+def test_a_figure_the_page_labels_is_judged_by_its_label_not_by_a_bare_repeat_in_a_chart(embedder):
+    """A flattened chart repeats "$4,271" among its years; the slide's own line says it is 2014's."""
+    question = "How much greater is the GDP per capita for 2012 than 2011?"
+    [wrong_year] = checker.verify_answer("The GDP per capita for 2012 was $4,271 [1].", [_hit(COUNTRY_SLIDE, 3)], embedder, question)
+    [own_year] = checker.verify_answer("The GDP per capita in 2014 was $4,271 [1].", [_hit(COUNTRY_SLIDE, 3)], embedder,
+                                       "What was the GDP per capita?")
+    assert wrong_year.supported is False
+    assert own_year.supported and own_year.citations[0].verified
+    # a figure written only among bare values keeps the words of the text it was read with
+    assert checker.misplaced_figures("GDP per capita in 2012 was $4,071", COUNTRY_SLIDE, question) == set()
+
+
 def test_a_sentence_that_denies_what_the_page_lists_is_not_supported(embedder):
     sources = [_hit("LinkedIn Metrics\nFollowers\nImpressions\nPost Reach\nPost Types\nVideo Views", 13)]
     question = "Which metrics are NOT included in LinkedIn Metrics: Post Reach, Post Types, Video Views?"
