@@ -178,6 +178,15 @@ def subject_figures(question: str) -> set[str]:
     return years_in(question) | set(_REFERENCE.findall(question)) | inside_names
 
 
+def shared_references(claim: str, passage: str) -> set[str]:
+    """Numbers of the references ("Figure 6", "Table 2", "page 14") that claim and passage both write:
+    they name a thing, they are no figure that stands in a row or a sentence.
+
+    shared_references("Figure 6: RAG vs baseline.", "Figure 6: Step-Back + RAG vs Baseline predictions") -> {"6"}
+    """
+    return set(_REFERENCE.findall(claim)) & set(_REFERENCE.findall(passage))
+
+
 def missing_specifics(claim: str, passage: str, question: str = "") -> set[str]:
     """The numbers, months and names ``claim`` states that ``passage`` does not contain, beyond the
     question's subject (its names, years and page references need not be repeated by the passage).
@@ -286,7 +295,7 @@ def misplaced_figures(claim: str, passage: str, question: str = "") -> set[str]:
     figure_units = [(u, w, n) for u, w, n in units if n]
     best_fit = max((len(words & w) for _, w, _ in figure_units), default=0)
     misplaced = set()
-    for figure in numbers_in(claim) - subject_figures(question):
+    for figure in numbers_in(claim) - subject_figures(question) - shared_references(claim, passage):
         if _YEAR.match(figure) and figure in years_in(passage):
             continue  # a year the claim names is context, checked below for each figure beside it
         places = _worded_places([(u, w, n) for u, w, n in figure_units if figure in n], figure, passage)

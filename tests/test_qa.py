@@ -406,6 +406,19 @@ def test_a_figure_the_page_labels_is_judged_by_its_label_not_by_a_bare_repeat_in
     assert checker.misplaced_figures("GDP per capita in 2012 was $4,071", COUNTRY_SLIDE, question) == set()
 
 
+def test_a_reference_number_the_passage_also_writes_is_no_misplaced_figure(embedder):
+    caption = _hit("Figure 6: Error Analysis of Step-Back Prompting on TimeQA. Left: Step-Back + RAG vs Baseline\n"
+                   "predictions. Right: Step-Back RAG vs RAG predictions. Step-Back + RAG is able to fix 39.9%\n"
+                   "of the predictions where the baseline prediction is wrong, while causing 5.6% errors.", 12)
+    [title] = checker.verify_answer("Figure 6: Step-Back + RAG vs Baseline predictions [1].", [caption], embedder,
+                                    "What is the sum of the baseline wrong percentages?")
+    [other_figure] = checker.verify_answer("Figure 7: Step-Back + RAG vs Baseline predictions [1].", [caption], embedder,
+                                           "What is the sum of the baseline wrong percentages?")
+    assert title.supported and title.citations[0].verified
+    assert other_figure.supported is False
+    assert checker.shared_references("Figure 6 and Table 2", "see Fig. 6, Table 3") == {"6"}
+
+
 def test_a_sentence_that_denies_what_the_page_lists_is_not_supported(embedder):
     sources = [_hit("LinkedIn Metrics\nFollowers\nImpressions\nPost Reach\nPost Types\nVideo Views", 13)]
     question = "Which metrics are NOT included in LinkedIn Metrics: Post Reach, Post Types, Video Views?"
