@@ -619,8 +619,9 @@ def strangers(question: str, sources: list[Hit]) -> set[str]:
     """The words of the question's multi-word names that no source holds (a premise the documents do
     not share: "the plants of Apple Inc." asked of an Indian tobacco company's report). A capitalised
     word alone ("Singaporean students") need not be a name a document prints; short codes ("FY") neither.
-    A source's file name counts: a filing's running header, which often is where its company's name
-    stands, is in no passage ("ulta_beauty_q4.pdf" names Ulta Beauty).
+    A source's file name counts: a filing names its company in its statements' headings and seldom in
+    its notes, and a passage is one chunk of a page, so many passages never name it ("ulta_beauty_q4.pdf"
+    names Ulta Beauty).
 
     strangers("Where are the plants of Apple Inc.?", [Hit(text="The Company's plant is at Andheri", ...)]) -> {"apple", "inc"}
     """
