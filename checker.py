@@ -13,7 +13,8 @@
 
 A number is backed only where the passage says it about the same thing: in the sentence
 or table cell (row label + column header + cell, for Markdown pipe tables) whose words fit
-the claim's best, and beside the claim's year if it names one; in a table written one cell per
+the claim's best (where the passage writes it beside words, there: not a bare repeat of it among a
+chart's values), and beside the claim's year if it names one; in a table written one cell per
 line (the text extractor's way) a figure belongs to the label line above its run of values, and
 is not backed when another row's label fits the claim better, or holds a word of the claim
 that the figure's row lacks ("total long-term liabilities" is not the "Total liabilities" row),
@@ -34,7 +35,7 @@ quotation the passage lacks; a figure from another row, sentence or year), not b
 entailment model (none runs offline here). The rules were written from hand-judged
 citations (input_data/citation_judgments.jsonl, citation_judgments_sample60.jsonl, the lookup
 rule from citation_judgments_dev23.jsonl, the restated-question rule from the dev41-dev173 sets) and
-are measured on judged sets drawn after them (input_data/citation_judgments_dev307 … dev503.jsonl and
+are measured on judged sets drawn after them (input_data/citation_judgments_dev307 … dev599.jsonl and
 their predecessors, each marked fitted or held out in input_data/README.md): ``eval_answers.py --recheck``.
 """
 
@@ -305,7 +306,7 @@ def misplaced_figures(claim: str, passage: str, question: str = "") -> set[str]:
     return misplaced
 
 
-def _worded_places(places: list[tuple[str, set[str], set[str]]], figure: str, passage: str) -> list:
+def _worded_places(places: list[tuple[str, set[str], set[str]]], figure: str, passage: str) -> list[tuple[str, set[str], set[str]]]:
     """``places`` narrowed to where the passage writes ``figure`` on a line with words, when it does
     anywhere, each place ending where a run of value-only lines begins: such a line says what the
     figure is, and a bare repeat of it among a chart's values (flattened one per line), or the labels
