@@ -23,7 +23,7 @@ The question's subject (the company, the document's own name for the period, a p
 need not be repeated by the passage, but some passage shown must name it; words pointing at the
 source ("as stated in the document") need not be on it either; any other number the question
 names ("error 288") must be backed like any figure. A printed page number is not a figure the page
-states; an ISO date is checked as the passage words it. A lookup ("EPS Code AR01", "error 88") is answered from the row of
+states, nor is the number of a reference that claim and page both write ("Figure 6"); an ISO date is checked as the passage words it. A lookup ("EPS Code AR01", "error 88") is answered from the row of
 its key: not from a passage that lists only other keys of that kind, nor from the line nearest
 another row's key. A sentence that restates the question is backed when what it adds stands on the
 page beside what was asked (not for a rank, count, comparison or colour).
