@@ -46,7 +46,8 @@ from question import years_named
 _CAPITALISED = re.compile(r"\b[A-Z][\w&'-]*")
 # A name: capitalised words in a row, perhaps joined by "of" or "&" ("Bank of America", "Procter & Gamble").
 # Words in capitals only (already acronyms), codes with digits and months are not part of one.
-_MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"
+_MONTHS = ("January|February|March|April|May|June|July|August|September|October|November|December"
+           "|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sept?|Oct|Nov|Dec")  # "Oct. 24, 2016" names no document
 _NAME_WORD = rf"(?!(?:{_MONTHS})\b)[A-Z][a-z][a-z&'-]*\b"
 NAME_RUN = re.compile(rf"\b{_NAME_WORD}(?:[ \t]+(?:of[ \t]+|&[ \t]+)?{_NAME_WORD})+")
 _SUFFIXES = "Inc Incorporated Corporation Corp Company Co Ltd LLC plc Group Holdings".split()

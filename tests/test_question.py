@@ -119,6 +119,13 @@ def test_a_question_names_a_document_by_the_head_of_a_name_it_writes_not_by_comm
     assert set(route(names_in_question(asked, STOPWORDS), [], profiles, weights)) == {"costco", "other"}
 
 
+def test_a_month_however_written_names_no_document():
+    """"Oct. 24, 2016" in a question about a complaint routed it to a software manual whose cover says "Oct"."""
+    question = "According to the complaint, who was interviewed by Traveler's agents on Oct. 24, 2016?"
+    assert names_in_question(question, STOPWORDS) == {"traveler"}
+    assert names_in_question("What was filed in Sept 2019 and on 3 March?", STOPWORDS) == set()
+
+
 def test_a_financial_measure_names_the_statements_it_is_computed_from():
     assert statements_measured("What is Nike's current ratio?") == ["balance sheet"]
     assert statements_measured("What is  cash_ratio in FY2021?") == ["balance sheet"]  # spacing and underscores aside
