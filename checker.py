@@ -22,7 +22,7 @@ or adds a second thing the claim does not name ("Total liabilities and equity").
 The question's subject (the company, the document's own name for the period, a page reference)
 need not be repeated by the passage, but some passage shown must name it; words pointing at the
 source ("as stated in the document") need not be on it either; any other number the question
-names ("error 288") must be backed like any figure. A printed page number is not a figure the page
+names ("error 288", the position of "the 2nd objective") must be backed like any figure. A printed page number is not a figure the page
 states, nor is the number of a reference that claim and page both write ("Figure 6"); an ISO date is checked as the passage words it. A lookup ("EPS Code AR01", "error 88") is answered from the row of
 its key: not from a passage that lists only other keys of that kind, nor from the line nearest
 another row's key. A sentence that restates the question is backed when what it adds stands on the
@@ -168,14 +168,18 @@ def names_in(text: str) -> set[str]:
 _REFERENCE = re.compile(r"\b(?:pages?|pp?\.|slides?|figures?|fig\.|tables?|sections?|chapters?|appendix|steps?)\s*(\d+)", re.I)
 
 
+_ORDINAL = re.compile(r"\d+(?:st|nd|rd|th)")  # "the 2nd objective": a position the answer must find, not a name
+
+
 def subject_figures(question: str) -> set[str]:
     """The question's figures that name its subject, not a fact: years ("FY2023"), references
     ("page 14", "Table 2") and digits inside names ("Q3", "GPT-4o"). Any other number the question
-    names ("error 288") is a fact an answer must find backed like any other.
+    names ("error 288", the position of "the 2nd objective") is a fact an answer must find backed like any other.
 
     subject_figures("What does error 288 on page 89 mean in FY2021 Q3?") -> {"89", "2021", "3"}
     """
-    inside_names = {n for name in names_in(" " + question) if any(c.isalpha() for c in name) for n in numbers_in(name)}
+    inside_names = {n for name in names_in(" " + question) if any(c.isalpha() for c in name) and not _ORDINAL.fullmatch(name)
+                    for n in numbers_in(name)}
     return years_in(question) | set(_REFERENCE.findall(question)) | inside_names
 
 

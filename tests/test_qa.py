@@ -522,6 +522,17 @@ def test_a_number_the_question_names_is_a_fact_to_back_not_its_subject(embedder)
     assert checker.subject_figures("What does error 288 on page 89 mean in FY2021 Q3?") == {"89", "2021", "3"}
 
 
+def test_a_position_the_question_asks_for_is_a_fact_to_back(embedder):
+    """A bench answer called a strategy page's goal "the 2nd objective"; the page numbers none of its objectives."""
+    page = ("REGULATORY EFFICIENCY\nGOAL: Establish a regulatory structure that supports the state's strategic priorities\n"
+            "OBJECTIVES\nIncrease the number of communications products.\nImprove efficiency of processes.")
+    question = "WHAT IS THE 2nd OBJECTIVE OF REGULATORY EFFICIENCY?"
+    [checked] = checker.verify_answer("The 2nd objective of Regulatory Efficiency is to establish a regulatory structure that "
+                                      "supports the state's strategic priorities [1].", [_hit(page, 5)], embedder, question)
+    assert checked.supported is False
+    assert checker.subject_figures(question) == set()
+
+
 def test_a_printed_page_number_is_not_a_figure_the_page_states(embedder):
     sources = [_hit("16\nPEW RESEARCH CENTER\nBroadband adoption for older adults\nMale 53\nFemale 43", 17)]
     question = "What is the percentage gap between men and women 65+ with broadband at home?"
