@@ -59,11 +59,15 @@ def normalise(text: str) -> str:
     return " ".join(re.sub(r"[^\w.%-]+", " ", text).replace(". ", " ").split()).strip(" .")
 
 
+_GLOSS = re.compile(r"(?<=\w)\s*\([^()]*\)$")  # "Sportswear (sports-inspired lifestyle products)": an answer need not repeat it
+
+
 def gold_items(answer: str) -> list[str]:
-    """gold_items("['2006', '2007']") -> ["2006", "2007"]; gold_items("Less well-off") -> ["less well-off"]"""
+    """gold_items("['2006', '2007']") -> ["2006", "2007"]; gold_items("Less well-off") -> ["less well-off"];
+    a list item's gloss in brackets is dropped: gold_items("['Football (Soccer)']") -> ["football"]"""
     text = str(answer).strip()
     if text.startswith("[") and text.endswith("]"):
-        items = [i.strip(" '\"") for i in text[1:-1].split(",")]
+        items = [_GLOSS.sub("", i.strip(" '\"")) for i in text[1:-1].split(",")]
         return [normalise(i) for i in items if i.strip(" '\"")]
     return [normalise(text)]
 

@@ -78,6 +78,9 @@ def test_the_answer_judge_ignores_digit_grouping_and_tolerates_one_typo_in_long_
     assert not eval_answers.is_correct({"pages": [3], "answer": "6"}, "The total is 29,274.75 [1][6].", False)
     assert not eval_answers.is_correct({"pages": [3], "answer": "2"}, "Quiz: 2 [1]\nWorked out: 2 + 2 + 2 = 6", False)
     assert eval_answers.is_correct({"pages": [], "answer": "Not answerable"}, "The documents do not say.", True)
+    categories = {"pages": [3], "answer": "['Running', 'Football (Soccer)', 'Sportswear (sports-inspired lifestyle products)']"}
+    assert eval_answers.is_correct(categories, "Running, Football (Soccer) and Sportswear.", False)  # a gloss need not be repeated
+    assert not eval_answers.is_correct(categories, "Running and Sportswear.", False)
 
 
 def test_answer_in_context_is_reported_beside_its_ceiling_the_answer_printed_on_the_gold_pages():
