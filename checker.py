@@ -22,10 +22,11 @@ or adds a second thing the claim does not name ("Total liabilities and equity").
 The question's subject (the company, the document's own name for the period, a page reference)
 need not be repeated by the passage, but some passage shown must name it; words pointing at the
 source ("as stated in the document") need not be on it either; any other number the question
-names ("error 288", the position of "the 2nd objective") must be backed like any figure. A printed page number is not a figure the page
-states, nor is the number of a reference that claim and page both write ("Figure 6"); an ISO date is checked as the passage words it. A lookup ("EPS Code AR01", "error 88") is answered from the row of
-its key: not from a passage that lists only other keys of that kind, nor from the line nearest
-another row's key. A sentence that restates the question is backed when what it adds stands on the
+names ("error 288", the position of "the 2nd objective") must be backed like any figure. A printed
+page number is not a figure the page states, nor is the number of a reference that claim and page
+both write ("Figure 6"); an ISO date is checked as the passage words it. A lookup ("EPS Code AR01",
+"error 88") is answered from the row of its key: not from a passage that lists only other keys
+of that kind, nor from the line nearest another row's key. A sentence that restates the question is backed when what it adds stands on the
 page beside what was asked (not for a rank, count, comparison or colour).
 
 Small local models drop and invent markers, so nothing relies on the model citing
@@ -178,8 +179,8 @@ def subject_figures(question: str) -> set[str]:
 
     subject_figures("What does error 288 on page 89 mean in FY2021 Q3?") -> {"89", "2021", "3"}
     """
-    inside_names = {n for name in names_in(" " + question) if any(c.isalpha() for c in name) and not _ORDINAL.fullmatch(name)
-                    for n in numbers_in(name)}
+    named = [name for name in names_in(" " + question) if any(c.isalpha() for c in name) and not _ORDINAL.fullmatch(name)]
+    inside_names = {n for name in named for n in numbers_in(name)}
     return years_in(question) | set(_REFERENCE.findall(question)) | inside_names
 
 
