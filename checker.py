@@ -87,7 +87,7 @@ def strip_markers(text: str) -> str:
 def _ends_sentence(line: str, start: int, match: re.Match) -> bool:
     """Is this period (or ! or ?) a sentence end, not an abbreviation or a decimal-like break?"""
     words = line[start : match.start()].split()
-    last = words[-1].rstrip(".") if words else ""
+    last = words[-1].rstrip(".").lstrip("([{\"'“‘") if words else ""  # "(approx." is "approx"
     if match.group(0).startswith(".") and (last.lower() in _ABBREVIATIONS or _INITIALS.fullmatch(last)):
         return False
     following = line[match.end() :].lstrip()[:1]

@@ -44,6 +44,8 @@ def test_parse_citations_and_sentences_worked_examples():
         "Funds were Rs. 1,039 million, see Fig. 3 [2].", "Then e.g. this.", "- a [1]"]
     assert checker.split_sentences("The directors are Mr. R.A. Shah and Mr. C.M. Maniar [1]. Then it rained.") == [
         "The directors are Mr. R.A. Shah and Mr. C.M. Maniar [1].", "Then it rained."]
+    assert checker.split_sentences("It holds 1 cable (approx. 20 cm) and 1 case (approx. 8 cm) [1]. Then it rained.") == [
+        "It holds 1 cable (approx. 20 cm) and 1 case (approx. 8 cm) [1].", "Then it rained."]
 
 
 def test_question_intent_and_answer_shape_rules():
