@@ -26,8 +26,9 @@ names ("error 288", the position of "the 2nd objective") must be backed like any
 page number is not a figure the page states, nor is the number of a reference that claim and page
 both write ("Figure 6"); an ISO date is checked as the passage words it. A lookup ("EPS Code AR01",
 "error 88") is answered from the row of its key: not from a passage that lists only other keys
-of that kind, nor from the line nearest another row's key. A sentence that restates the question is backed when what it adds stands on the
-page beside what was asked (not for a rank, count, comparison or colour).
+of that kind, nor from the line nearest another row's key. A sentence that restates the question
+is backed when what it adds stands on the page beside what was asked (not for a rank, count,
+comparison or colour).
 
 Small local models drop and invent markers, so nothing relies on the model citing
 correctly. Deliberately simple: support is judged by word overlap (or a near-paraphrase
