@@ -576,6 +576,8 @@ _NOT_SIDE_BY_SIDE = re.compile(
     r"(?:larg|high|low|bigg|small|great|long|short|old|young|new|lat|earli|fast|slow|strong|weak|cheap)est|best|worst|"
     r"first|second|third|fourth|fifth|last|\d+(?:st|nd|rd|th)|colou?rs?)\b", re.I)
 _LINES_ABOVE = 3  # a label stands on a line above its value ("Wi-Fi Connect" / "a hotspot with 4G connectivity")
+# "the first page", "the 2nd slide": where to look, not a rank the answer claims
+_PAGE_BY_POSITION = re.compile(r"\b(?:first|second|third|fourth|fifth|last|\d+(?:st|nd|rd|th))\s+(?:page|slide)s?\b", re.I)
 _QUOTED_TERM = re.compile(r"(?<!\w)['‘`\"“]([^'’`\"”]{2,80})['’`\"”](?!\w)")  # "the 'loss_cls' line", not "What's … car's"
 
 
@@ -588,28 +590,34 @@ def answer_beside_question(claim: str, passage: str, question: str) -> bool:
     """Is ``claim`` the question restated plus an answer that ``passage`` states beside what was asked?
     Small models answer "The email id of Mtre Laurent Nahmiash is lnahmiash@infavocats.com": the
     restated words need not be on the page, but every word the sentence adds must be, on one line or
-    just below the lines that hold the question's names and at least half of its words the page has.
+    just below the lines that hold the question's names and at least half of its words the page has
+    (or, for words without a figure, just above: a name above its role on a title page).
     Side by side cannot vouch for a rank, a count, a comparison or a colour (what a picture shows:
     "Red car with black roof" is a caption), nor for a passage without every name and quoted term of
-    the question ("the paper `V3Det: …`"). A page reference ("on page 10") is not a word of what was asked.
+    the question ("the paper `V3Det: …`"). A page reference ("on page 10", "the first page") is not a word
+    of what was asked, nor a rank.
 
     answer_beside_question("The car's Wi-Fi Connect uses 4G connectivity.",
                            "Wi-Fi Connect\nTurn it into a hotspot with 4G connectivity", "What does the car's Wi-Fi Connect use?") -> True
     """
-    if _NOT_SIDE_BY_SIDE.search(question) or not all(t.lower() in passage.lower() for t in _QUOTED_TERM.findall(question)):
+    where = _PAGE_BY_POSITION.sub(" ", question)
+    if _NOT_SIDE_BY_SIDE.search(where) or not all(t.lower() in passage.lower() for t in _QUOTED_TERM.findall(question)):
         return False
-    asked = {_stem(w) for w in tokenize(_REFERENCE.sub(" ", question))}
+    asked = {_stem(w) for w in tokenize(_REFERENCE.sub(" ", where))}
     added = {_stem(w) for w in tokenize(claim)} - {_stem(w) for w in tokenize(question)}
     page_words = {_stem(w) for w in tokenize(passage)}
     on_page = asked & page_words
     names = {_stem(w) for w in tokenize(" ".join(names_in(question)))}  # what picks the item: "Safety Connect"
     if not added or not on_page or not names <= page_words:
         return False
+    # a name stands above its role ("Rick Scott" / "GOVERNOR"); a figure belongs to the label above it,
+    # and the line below a figure is the next row's label
+    below = 0 if numbers_in(" ".join(added)) else 1
     lines = passage.split("\n")
     for i, line in enumerate(lines):
         if not added & {_stem(w) for w in tokenize(line)}:
             continue
-        place = {_stem(w) for w in tokenize("\n".join(lines[max(0, i - _LINES_ABOVE):i + 1]))}
+        place = {_stem(w) for w in tokenize("\n".join(lines[max(0, i - _LINES_ABOVE):i + 1 + below]))}
         if added <= place and names <= place and len(place & on_page) * 2 >= len(on_page):
             return True
     return False

@@ -507,6 +507,13 @@ def test_a_restated_question_is_backed_by_its_answer_standing_beside_what_was_as
     assert not checker.answer_beside_question(  # the page never names the paper the question is about
         "The class name for V3Det is YOLOV3Head.", index.text,
         "If I want to use the detector in the paper V3Det, what is the implemented class name in mmdet.models.dense_heads?")
+    # a name above its role on a title page; "the first page" says where to look, it asks no rank
+    title_page = _hit("Strategic Plan\n2016-2018\nRick Scott\nGOVERNOR\nCeleste Philip, MD\nState Surgeon General", 1)
+    [governor] = checker.verify_answer("The name of the governor is Rick Scott [1].", [title_page], embedder,
+                                       "What is the name of the governor as mentioned on the first page?")
+    assert governor.supported
+    statement = _hit("Total assets\n41,190\nTotal liabilities\n29,268", 40)  # one cell per line: the figure's label is above it
+    assert not checker.answer_beside_question("The total liabilities are 41,190.", statement.text, "What are the total liabilities?")
     settings = _hit("Loss settings\nloss_bbox – weight of the box loss. Default: 1.0", 268)
     assert not checker.answer_beside_question("The default weight of the 'loss_cls' loss is 1.0.", settings.text,
                                               "What is the default weight of the 'loss_cls' loss?")
