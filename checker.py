@@ -145,7 +145,7 @@ def numbers_in(text: str) -> set[str]:
     return {n.replace(",", "").rstrip(".") for n in _NUMBER.findall(text)}
 
 
-_WORD = re.compile(r"\w[\w'’-]*")
+_WORD = re.compile(r"\w[\w'’-]*(?<![-'’])")  # "Study--" is the word "Study"
 
 
 def months_in(text: str) -> set[str]:
@@ -508,13 +508,14 @@ QUOTE_LEAD = "The page says:"  # the app's words before a line quoted from a pag
 
 
 def _squash(text: str) -> str:
-    return " ".join(_WORD.findall(text.lower()))
+    return " ".join(re.findall(r"\w+", text.lower()))  # dashes too are punctuation: "Study--" is "Study-"
 
 
 def said_word_for_word(quote: str, passage: str) -> bool:
     """Is ``quote`` in ``passage`` word for word (case, spacing, punctuation and line breaks aside)?
 
     said_word_for_word("i, marc silski,  am", "I, Marc Silski, am a Special Agent") -> True
+    said_word_for_word("Case Study-- Discrimination", "Case Study- Discrimination") -> True
     """
     return _squash(quote) in _squash(passage)
 

@@ -274,6 +274,11 @@ def test_a_quotation_must_be_in_the_passage_word_for_word(embedder):
         sources, embedder,
     )
     assert quoted.supported and misquoted.supported is False
+    # dashes are punctuation like any other: a title is the same title with "--" for the page's "-"
+    assignments = [_hit("Unit 8 Key Assignments:\nCritical Thinking Case Study- Discrimination in\nthe Workplace Continues", 15)]
+    [title] = checker.verify_answer('The case study under Unit 8 is "Critical Thinking Case Study-- Discrimination in the '
+                                    'Workplace Continues" [1].', assignments, embedder, "What is the case study under Unit 8?")
+    assert title.supported
 
 
 def test_restating_the_question_with_some_number_from_the_page_is_not_verified(embedder):
