@@ -524,13 +524,35 @@ _ISO_DATE = re.compile(r"\b((?:19|20)\d\d)-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])
 _MONTH_NAMES = "January February March April May June July August September October November December".split()
 
 
+# A date as pages print it, day or month first, with an ordinal and glued text layers alike:
+# "February 8, 2021", "8 Feb. 2021", "24th of March2015"
+_MONTH_PART = r"(?P<month>jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?"
+_DAY_PART = r"(?P<day>[0-3]?\d)(?:st|nd|rd|th)?"
+_PRINTED_DATE = re.compile(
+    rf"\b(?:{_DAY_PART}\s*(?:of\s*)?{_MONTH_PART}|{_MONTH_PART.replace('month', 'month2')}\s*{_DAY_PART.replace('day', 'day2')}),?\s*"
+    r"(?P<year>(?:19|20)\d\d)(?!\d)", re.I)
+
+
+def _printed_as(year: str, month: str, day: str, passage: str) -> str | None:
+    """How ``passage`` prints the date, if it does."""
+    for m in _PRINTED_DATE.finditer(passage):
+        printed_month = (m["month"] or m["month2"]).lower()
+        if (m["year"], printed_month, int(m["day"] or m["day2"])) == (year, _MONTH_NAMES[int(month) - 1][:3].lower(), int(day)):
+            return m[0]
+    return None
+
+
 def spelled_dates(claim: str, passage: str) -> str:
-    """``claim`` with each ISO date the passage does not hold as such written as a passage writes it,
+    """``claim`` with each ISO date the passage does not hold as such written as the passage prints it,
     so "2021-02-08" is checked as February, 8 and 2021 (an answer asked to reformat a date).
 
     spelled_dates("It is dated 2021-02-08.", "Montréal, February 8, 2021") -> "It is dated February 8, 2021."
+    spelled_dates("2015-03-24", "Date of incident: 24th of March2015") -> "24th of March2015"
     """
-    spell = lambda m: m[0] if m[0] in passage else f"{_MONTH_NAMES[int(m[2]) - 1]} {int(m[3])}, {m[1]}"  # noqa: E731
+    def spell(m: re.Match) -> str:
+        if m[0] in passage:
+            return m[0]
+        return _printed_as(m[1], m[2], m[3], passage) or f"{_MONTH_NAMES[int(m[2]) - 1]} {int(m[3])}, {m[1]}"
     return _ISO_DATE.sub(spell, claim)
 
 
