@@ -5,6 +5,7 @@
                            [--dev [--docs PDF...] [--seed N]] [--context-only]
                            [--evidence Table] [--extractor NAME]
     python eval_answers.py --recheck rows.jsonl [--labels judgments.jsonl]
+    python eval_answers.py --replay rows.jsonl... [--in-context] [--models ...] [--out replayed.jsonl]
 
 Data flow: a fixed, seeded sample of answerable and unanswerable questions ->
 ingest their PDFs (cached in the evaluation store) -> for each model, qa.ask
@@ -24,6 +25,8 @@ pages" (the same match on the gold pages' whole text), is reported beside it, be
 are computed (a gap, a sum, a count) and printed nowhere. ``--context-only``
 reports it without any LLM, for each page's best chunk and for ``context.choose_context``.
 ``--dev`` samples from the questions the default sample leaves out, to design rules on.
+``--replay`` re-asks the passages stored with earlier answers (no store, no search) under today's
+prompts, so a change of prompt is compared with the stored answers on the very same text.
 """
 
 from __future__ import annotations
@@ -35,7 +38,9 @@ import random
 import re
 import statistics
 import sys
+import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import calc
@@ -240,7 +245,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7, help="with --dev: the sample's seed")
     parser.add_argument("--context-only", action="store_true",
                         help="no LLM: page hit and answer-in-context of the best chunks vs the chosen context")
+    parser.add_argument("--replay", type=Path, nargs="+", help="re-ask the passages stored in these rows with today's prompts")
+    parser.add_argument("--in-context", action="store_true",
+                        help="with --replay: only unanswerable questions and those whose answer reached the model")
     args = parser.parse_args(argv)
+    if args.replay:
+        return replay(args.replay, args.questions, args.models, args.in_context, args.out)
     if args.recheck:
         return recheck(args.recheck, args.labels, args.pairs, args.questions)
     config.setup_logging(logging.WARNING)
@@ -378,6 +388,65 @@ def recheck(rows_path: Path, labels_path: Path, pairs_out: Path | None, question
                                                      / max(sum(p["verified"] for p in shown), 1), 3),
                   **citation_precision(shown, labels), **tick_recall(mine, embedder, labels)}
         print(model, json.dumps(report, ensure_ascii=False))
+    return 0
+
+
+# -----------------------------------------------------------------------------
+# Replaying stored passages: a prompt change measured on the very text the model read before
+
+
+def answer_reached_the_model(row: dict) -> bool:
+    """An answerable row whose gold answer was in the passages; a one- or two-digit gold (a count) does not
+    count, since such a digit is on most pages by chance."""
+    return row["answerable"] and row["answer_in_context"] and not re.fullmatch(r"\d{1,2}", str(row["gold"]).strip())
+
+
+def replay_summary(rows: list[dict]) -> dict:
+    """Before (as stored, the second look included) and after, on the same questions."""
+    answerable = [r for r in rows if r["answerable"]]
+    unanswerable = [r for r in rows if not r["answerable"]]
+    count = lambda rs, key: sum(bool(r[key]) for r in rs)  # noqa: E731
+    return {
+        "questions": len(rows),
+        "correct_answerable": f"{count(answerable, 'before_correct')} -> {count(answerable, 'correct')} of {len(answerable)}",
+        "refused_answerable": f"{count(answerable, 'before_refused')} -> {count(answerable, 'refused')}",
+        "honest_refusals": f"{count(unanswerable, 'before_refused')} -> {count(unanswerable, 'refused')} of {len(unanswerable)}",
+        "won": [r["question"][:70] for r in answerable if r["correct"] and not r["before_correct"]],
+        "lost": [r["question"][:70] for r in answerable if r["before_correct"] and not r["correct"]],
+        "median_seconds": statistics.median(r["seconds"] for r in rows) if rows else None,
+    }
+
+
+def replay(rows_paths: list[Path], questions_path: Path, model_names: list[str], only_in_context: bool, out_path: Path) -> int:
+    """Re-ask each stored row's passages with today's prompts, judge the new answers and print before and
+    after per model. A question stored twice is asked once. Rows keep no retrieval similarity, so the
+    second look does not run: this measures the first reply."""
+    config.setup_logging(logging.WARNING)
+    bench = {q["question"]: q for q in eval_retrieval.load_questions(questions_path)}
+    stored = [json.loads(line) for path in rows_paths for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    with tempfile.TemporaryDirectory() as empty, open(out_path, "a", encoding="utf-8") as out:
+        retriever = Retriever(ingest.get_client(empty), models.get_embeddings())  # only its embedder is used
+        for name in model_names:
+            llm, rows, asked = models.EmbeddedChatModel.load(name), [], set()
+            for row in stored:
+                if row["model"] != name or row["question"] in asked:
+                    continue
+                if only_in_context and row["answerable"] and not answer_reached_the_model(row):
+                    continue
+                asked.add(row["question"])
+                question = bench[row["question"]]
+                passages = [replace(hit, doc_name=question["doc"]) for hit in rows_hits(row)]
+                answer = qa.answer_question(question["question"], retriever, llm=llm, passages=passages)
+                new = {"model": name, "question": row["question"], "gold": row["gold"], "answerable": row["answerable"],
+                       "before_answer": row["answer"], "before_correct": row["correct"], "before_refused": row["refused"],
+                       "answer": answer.text, "refused": answer.refused, "correct": is_correct(question, answer.text, answer.refused),
+                       "seconds": round(answer.seconds, 1)}
+                rows.append(new)
+                out.write(json.dumps(new, ensure_ascii=False) + "\n")
+                out.flush()
+                sys.stderr.write(f"\r{name}: {len(rows)} replayed")
+            sys.stderr.write("\n")
+            print(name, json.dumps(replay_summary(rows), ensure_ascii=False))
     return 0
 
 

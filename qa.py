@@ -348,11 +348,14 @@ def ask(
     scope: list[str] | None = None,
     k: int | None = None,
     on_stage: Callable[[str], None] | None = None,
+    passages: list[Hit] | None = None,
 ) -> AnswerStream:
     """Answer ``question`` from the documents in ``scope`` (all when None); see the module docstring.
 
     ``on_stage`` hears what is going on while the person waits: "Searching your documents…",
-    "Reading 5 passages…", "Writing…", "Checking the citations…".
+    "Reading 5 passages…", "Writing…", "Checking the citations…". Given ``passages``, the model reads
+    those instead of what a search would find (``eval_answers.py --replay`` re-asks stored passages,
+    so a change of prompt is measured without the noise of retrieval).
     """
     t0 = time.perf_counter()
     history = history or []
@@ -364,16 +367,17 @@ def ask(
         answer.refused = True
         return _fixed(answer, f"Your question contains {kind}; this app is set not to search for personal data.")
     llm = llm or models.get_chat_model()
-    query = question
-    if needs_rewrite(question, history):
-        query = answer.rewritten_query = rewrite_query(llm, question, history)
-    stage("Searching your documents…")
-    hits = retriever.search(query, k=k, scope=scope)
-    best = max((h.trace.get("semantic_score", 0.0) for h in hits), default=0.0)
-    if not hits or best < config.REFUSAL_MIN_SIMILARITY:
-        log.info("Refused without the LLM: best similarity %.3f < %.3f", best, config.REFUSAL_MIN_SIMILARITY)
-        answer.refused, answer.sources = True, hits
-        return _fixed(answer, prompts.NOT_FOUND)
+    if passages is None:
+        query = question
+        if needs_rewrite(question, history):
+            query = answer.rewritten_query = rewrite_query(llm, question, history)
+        stage("Searching your documents…")
+        hits = retriever.search(query, k=k, scope=scope)
+        best = max((h.trace.get("semantic_score", 0.0) for h in hits), default=0.0)
+        if not hits or best < config.REFUSAL_MIN_SIMILARITY:
+            log.info("Refused without the LLM: best similarity %.3f < %.3f", best, config.REFUSAL_MIN_SIMILARITY)
+            answer.refused, answer.sources = True, hits
+            return _fixed(answer, prompts.NOT_FOUND)
 
     def finish(text: str) -> Answer:
         stage("Checking the citations…")
@@ -387,11 +391,12 @@ def ask(
         return answer
 
     asked = question_for_prompt(question)  # the retriever searched the question without these instructions
-    if worked := measure_from_statements(asked, hits, retriever):
-        stage("Working it out from the statements…")
-        text, answer.sources = worked
-        return AnswerStream(iter([text]), finish)
-    passages = context.choose_context(query, hits, retriever)
+    if passages is None:
+        if worked := measure_from_statements(asked, hits, retriever):
+            stage("Working it out from the statements…")
+            text, answer.sources = worked
+            return AnswerStream(iter([text]), finish)
+        passages = context.choose_context(query, hits, retriever)
     sources = fit_sources(asked, passages, history, lambda text: models.count_tokens(llm, text), config.LLM_N_CTX, config.LLM_MAX_TOKENS)
     answer.sources = sources
     stage(f"Reading {len(sources)} passage{'s' if len(sources) != 1 else ''}…")

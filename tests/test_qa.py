@@ -688,6 +688,23 @@ def test_a_second_look_whose_quotation_is_not_in_the_passage_leaves_the_refusal(
     assert answer.second_look == "refused again" and len(answer.sources) > 1
 
 
+def test_given_passages_are_read_instead_of_a_search(store, embedder, ollama_chat, monkeypatch):
+    """What eval_answers.py --replay relies on: the model reads exactly the passages given, and the
+    answer is checked against them as usual."""
+    monkeypatch.setattr(ollama_chat, "models", ["llama3.2:3b"])
+    monkeypatch.setattr(ollama_chat, "replies", ["The staff door code is 4711 [1]."])
+    monkeypatch.setattr(ollama_chat, "chats", [])
+    text = "Staff notice. The staff door code is 4711. Please keep it private."
+    passage = Hit(id="p3", collection="c", doc_name="notice.pdf", page=3, start=0, end=len(text), text=text)
+    answer = qa.answer_question("What is the staff door code?", Retriever(store, embedder),  # an empty store: nothing to search
+                                llm=models.get_chat_model(), passages=[passage])
+    (chat,) = ollama_chat.chats
+    prompt = chat["messages"][-1]["content"]
+    assert prompt.count("<source>") == 1 and text in prompt and "notice.pdf, page 3" in prompt
+    assert answer.sources == [passage] and not answer.refused
+    assert [(c.page, c.verified) for c in answer.citations] == [(3, True)]
+
+
 def test_a_refusal_without_a_close_passage_stands(facts, ollama_chat, monkeypatch):
     monkeypatch.setattr(ollama_chat, "models", ["llama3.2:3b"])
     monkeypatch.setattr(ollama_chat, "replies", [prompts.REFUSAL])
@@ -774,3 +791,25 @@ def test_a_reply_that_repeats_itself_is_stopped(facts, ollama_chat, monkeypatch)
     assert answer.citations[0].page == 3 and answer.citations[0].verified
     assert qa.runs_away("[76] [77] [78] [79] " * 12)  # 200 characters without a letter
     assert not qa.runs_away("| Net sales | 0 | 0 | 0 | 0 |") and not qa.runs_away("Revenue grew. " * 3)
+
+
+def test_replay_re_asks_the_stored_passages_and_compares_with_the_stored_answers(embedder, llm, tmp_path, monkeypatch, capsys):
+    import eval_answers
+
+    monkeypatch.setattr(models.EmbeddedChatModel, "load", classmethod(lambda cls, name=None: llm))  # the session's model, loaded once
+    notice = "Staff notice. The staff door code is 4711. Please keep it private."
+    questions = [{"question": "What is the staff door code?", "answer": "4711", "doc": "notice.pdf", "pages": [1], "category": "Pure-text"},
+                 {"question": "How many doors are there?", "answer": "12", "doc": "notice.pdf", "pages": [1], "category": "Pure-text"}]
+    (tmp_path / "q.jsonl").write_text("".join(json.dumps(q) + "\n" for q in questions))
+    stored = [{"model": "m", "question": q["question"], "gold": q["answer"], "answerable": True, "answer_in_context": True,
+               "answer": prompts.REFUSAL, "refused": True, "correct": False,
+               "sources": [{"n": 1, "page": 1, "gold_page": True, "text": notice + " Door 12 is locked."}]} for q in questions]
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps(r) + "\n" for r in stored + stored[:1]))  # a question stored twice is asked once
+    out = tmp_path / "replayed.jsonl"
+    assert eval_answers.main(["--replay", str(rows), "--in-context", "--questions", str(tmp_path / "q.jsonl"),
+                              "--models", "m", "--out", str(out)]) == 0
+    (row,) = [json.loads(line) for line in out.read_text().splitlines()]  # the count "12" is no evidence of context: left out
+    assert row["question"] == "What is the staff door code?" and row["before_refused"] and not row["before_correct"]
+    assert "4711" in row["answer"] and row["correct"] and not row["refused"]
+    assert '"correct_answerable": "0 -> 1 of 1"' in capsys.readouterr().out
