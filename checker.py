@@ -24,7 +24,7 @@ need not be repeated by the passage, but some passage shown must name it; words 
 source ("as stated in the document") need not be on it either; any other number the question
 names ("error 288", the position of "the 2nd objective") must be backed like any figure. A printed
 page number is not a figure the page states, nor is the number of a reference that claim and page
-both write ("Figure 6"); an ISO date is checked as the passage words it. A lookup ("EPS Code AR01",
+both write ("Figure 6"); an ISO date is checked as the passage prints it ("24th of March2015"). A lookup ("EPS Code AR01",
 "error 88") is answered from the row of its key: not from a passage that lists only other keys
 of that kind, nor from the line nearest another row's key. A sentence that restates the question
 is backed when what it adds stands on the page beside what was asked (not for a rank, count,
@@ -526,18 +526,24 @@ _MONTH_NAMES = "January February March April May June July August September Octo
 
 # A date as pages print it, day or month first, with an ordinal and glued text layers alike:
 # "February 8, 2021", "8 Feb. 2021", "24th of March2015"
-_MONTH_PART = r"(?P<month>jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?"
-_DAY_PART = r"(?P<day>[0-3]?\d)(?:st|nd|rd|th)?"
+def _month(name: str) -> str:
+    return rf"(?P<{name}>jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?"
+
+
+def _day(name: str) -> str:
+    return rf"(?P<{name}>[0-3]?\d)(?:st|nd|rd|th)?"
+
+
 _PRINTED_DATE = re.compile(
-    rf"\b(?:{_DAY_PART}\s*(?:of\s*)?{_MONTH_PART}|{_MONTH_PART.replace('month', 'month2')}\s*{_DAY_PART.replace('day', 'day2')}),?\s*"
+    rf"\b(?:{_day('day')}\s*(?:of\s*)?{_month('month')}|{_month('month_first')}\s*{_day('day_after')}),?\s*"
     r"(?P<year>(?:19|20)\d\d)(?!\d)", re.I)
 
 
 def _printed_as(year: str, month: str, day: str, passage: str) -> str | None:
     """How ``passage`` prints the date, if it does."""
     for m in _PRINTED_DATE.finditer(passage):
-        printed_month = (m["month"] or m["month2"]).lower()
-        if (m["year"], printed_month, int(m["day"] or m["day2"])) == (year, _MONTH_NAMES[int(month) - 1][:3].lower(), int(day)):
+        printed_month = (m["month"] or m["month_first"]).lower()
+        if (m["year"], printed_month, int(m["day"] or m["day_after"])) == (year, _MONTH_NAMES[int(month) - 1][:3].lower(), int(day)):
             return m[0]
     return None
 

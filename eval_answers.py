@@ -350,11 +350,16 @@ def context_report(questions: list[dict], collections: dict[str, str], retriever
     return report
 
 
+def read_rows(path: Path) -> list[dict]:
+    """The JSON objects of a JSONL file (stored answers or judgments), blank lines skipped."""
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
 def load_labels(path: Path) -> dict[str, bool]:
     """Hand judgments by pair key; a sentence judged to make no claim ("supports": null) is left out."""
     if not path.exists():
         return {}
-    judgments = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    judgments = read_rows(path)
     return {pair_key(j): j["supports"] for j in judgments if j.get("supports") is not None}
 
 
@@ -372,7 +377,7 @@ def by_category(rows: list[dict], categories: dict[str, str]) -> dict[str, str]:
 def recheck(rows_path: Path, labels_path: Path, pairs_out: Path | None, questions_path: Path) -> int:
     """Summarise stored answers per model, their citations re-checked under the current settings
     and scored against hand judgments (no LLM is called)."""
-    rows = [json.loads(line) for line in rows_path.read_text().splitlines() if line.strip()]
+    rows = read_rows(rows_path)
     categories = {q["question"]: q["category"] for q in eval_retrieval.load_questions(questions_path)}
     embedder = models.get_embeddings()
     pairs = citation_pairs(rows, embedder)
@@ -423,7 +428,7 @@ def replay(rows_paths: list[Path], questions_path: Path, model_names: list[str],
     second look does not run: this measures the first reply."""
     config.setup_logging(logging.WARNING)
     bench = {q["question"]: q for q in eval_retrieval.load_questions(questions_path)}
-    stored = [json.loads(line) for path in rows_paths for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    stored = [row for path in rows_paths for row in read_rows(path)]
     with tempfile.TemporaryDirectory() as empty, open(out_path, "a", encoding="utf-8") as out:
         retriever = Retriever(ingest.get_client(empty), models.get_embeddings())  # only its embedder is used
         for name in model_names:

@@ -2,6 +2,7 @@
 
     question (+ chat history)
       -> greeting?                 canned reply, no retrieval
+      (passages given instead?     the model reads those; the steps up to context.choose_context are skipped)
       -> follow-up?                the LLM rewrites it into a standalone search query
       -> retriever.search()        top-k pages, each as its best passage
       -> nothing relevant?         fixed "not found" reply and the nearest passages, no LLM call
