@@ -75,7 +75,9 @@ EMBED_MODEL = _env("EMBED_MODEL", "nomic-embed-text")  # Ollama embedding model
 EMBEDDED_LLM = _env("EMBEDDED_LLM", "qwen2.5-coder-1.5b")
 LLM_N_CTX = _env("LLM_N_CTX", 4096)
 LLM_THREADS = _env("LLM_THREADS", os.cpu_count() or 2)
-LLM_TEMPERATURE = _env("LLM_TEMPERATURE", 0.1)
+# Greedy decoding: the same question over the same passages gets the same answer, so a person can ask
+# again and an evaluation measures the change, not the dice (0.1 answered no better; README, issue 15).
+LLM_TEMPERATURE = _env("LLM_TEMPERATURE", 0.0)
 LLM_MAX_TOKENS = _env("LLM_MAX_TOKENS", 512)
 # Host memory for llama.cpp's prompt cache: earlier prompts' states, so a new question reuses the
 # shared prefix (the answer instructions) even after page labelling used the model in between.

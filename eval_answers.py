@@ -160,7 +160,8 @@ def summarise(rows: list[dict]) -> dict:
 
 def rows_hits(row: dict) -> list[Hit]:
     """The passages a stored answer was checked against, rebuilt as Hits ([1] first)."""
-    return [Hit(id=str(s["n"]), collection="c", doc_name="doc", page=s["page"], start=0, end=len(s["text"]), text=s["text"])
+    return [Hit(id=str(s["n"]), collection="c", doc_name="doc", page=s["page"], start=0, end=len(s["text"]), text=s["text"],
+                trace={"semantic_score": s["similarity"]} if s.get("similarity") is not None else {})
             for s in row["sources"]]
 
 
@@ -305,7 +306,9 @@ def main(argv: list[str] | None = None) -> int:
                          "inferred": [c.number for c in s.citations if c.inferred]}
                         for s in answer.sentences
                     ],
-                    "sources": [{"n": n, "page": h.page, "gold_page": h.collection == col and h.page in q["pages"], "text": h.text}
+                    # the similarity lets a replay take the second look after a refusal, as the app does
+                    "sources": [{"n": n, "page": h.page, "gold_page": h.collection == col and h.page in q["pages"], "text": h.text,
+                                 "similarity": h.trace.get("semantic_score")}
                                 for n, h in enumerate(answer.sources, 1)],
                 }
                 rows.append(row)
@@ -424,8 +427,9 @@ def replay_summary(rows: list[dict]) -> dict:
 
 def replay(rows_paths: list[Path], questions_path: Path, model_names: list[str], only_in_context: bool, out_path: Path) -> int:
     """Re-ask each stored row's passages with today's prompts, judge the new answers and print before and
-    after per model. A question stored twice is asked once. Rows keep no retrieval similarity, so the
-    second look does not run: this measures the first reply."""
+    after per model. A question stored twice is asked once. Only rows that kept each passage's retrieval
+    similarity (written since 2026-11-25's seventh session) get the second look after a refusal; for older
+    rows this measures the first reply."""
     config.setup_logging(logging.WARNING)
     bench = {q["question"]: q for q in eval_retrieval.load_questions(questions_path)}
     stored = [row for path in rows_paths for row in read_rows(path)]
@@ -443,7 +447,8 @@ def replay(rows_paths: list[Path], questions_path: Path, model_names: list[str],
                 passages = [replace(hit, doc_name=question["doc"]) for hit in rows_hits(row)]
                 answer = qa.answer_question(question["question"], retriever, llm=llm, passages=passages)
                 new = {"model": name, "question": row["question"], "gold": row["gold"], "answerable": row["answerable"],
-                       "before_answer": row["answer"], "before_correct": row["correct"], "before_refused": row["refused"],
+                       "before_answer": row["answer"], "before_refused": row["refused"],
+                       "before_correct": is_correct(question, row["answer"], row["refused"]),  # by today's judge, as the new one
                        "answer": answer.text, "refused": answer.refused, "correct": is_correct(question, answer.text, answer.refused),
                        "seconds": round(answer.seconds, 1)}
                 rows.append(new)

@@ -284,7 +284,7 @@ class EmbeddedChatModel(BaseChatModel):
     model_name: str
     model_path: str
     n_ctx: int = 4096
-    temperature: float = 0.1
+    temperature: float = 0.0
     max_tokens: int = 512
     json_schema: dict | None = None
     background: bool = False

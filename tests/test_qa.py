@@ -131,6 +131,17 @@ def test_streaming_yields_text_then_the_checked_result(facts, llm):
     assert stages[2:] == ["Writing…", "Checking the citations…"]
 
 
+def test_the_same_question_gets_the_same_answer(facts, llm):
+    """Greedy decoding: asking again (another question in between, the prompt cache in use) repeats the answer,
+    so a person can reproduce what they saw and an evaluation measures a change, not the sampling."""
+    retriever, _ = facts
+    first = qa.answer_question("When did the railway reach the town?", retriever, llm=llm)
+    qa.answer_question("What did the fishing fleet land?", retriever, llm=llm)
+    again = qa.answer_question("When did the railway reach the town?", retriever, llm=llm)
+    assert first.text and again.text == first.text
+    assert [(c.page, c.verified) for c in again.citations] == [(c.page, c.verified) for c in first.citations]
+
+
 def test_the_door_code_page_ends_with_a_verified_citation(store, embedder, llm, tmp_path):
     pdf = write_text_pdf(tmp_path / "notice.pdf", ["Staff notice. The staff door code is 4711. Please keep it private.",
                                                    "Canteen opening hours are 8:00 to 15:00 on weekdays."])
@@ -803,7 +814,7 @@ def test_replay_re_asks_the_stored_passages_and_compares_with_the_stored_answers
                  {"question": "How many doors are there?", "answer": "12", "doc": "notice.pdf", "pages": [1], "category": "Pure-text"}]
     (tmp_path / "q.jsonl").write_text("".join(json.dumps(q) + "\n" for q in questions))
     stored = [{"model": "m", "question": q["question"], "gold": q["answer"], "answerable": True, "answer_in_context": True,
-               "answer": prompts.REFUSAL, "refused": True, "correct": False,
+               "answer": prompts.REFUSAL, "refused": True, "correct": True,  # a stale verdict: today's judge reads it again
                "sources": [{"n": 1, "page": 1, "gold_page": True, "text": notice + " Door 12 is locked."}]} for q in questions]
     rows = tmp_path / "rows.jsonl"
     rows.write_text("".join(json.dumps(r) + "\n" for r in stored + stored[:1]))  # a question stored twice is asked once
@@ -814,3 +825,12 @@ def test_replay_re_asks_the_stored_passages_and_compares_with_the_stored_answers
     assert row["question"] == "What is the staff door code?" and row["before_refused"] and not row["before_correct"]
     assert "4711" in row["answer"] and row["correct"] and not row["refused"]
     assert '"correct_answerable": "0 -> 1 of 1"' in capsys.readouterr().out
+
+
+def test_a_replayed_row_keeps_the_similarity_that_decides_the_second_look():
+    import eval_answers
+
+    source = {"n": 1, "page": 1, "gold_page": True, "text": "The staff door code is 4711."}
+    assert qa.retry_on_refusal(eval_answers.rows_hits({"sources": [{**source, "similarity": 0.8}]}))
+    assert not qa.retry_on_refusal(eval_answers.rows_hits({"sources": [{**source, "similarity": 0.2}]}))
+    assert not qa.retry_on_refusal(eval_answers.rows_hits({"sources": [source]}))  # rows stored before it was kept
