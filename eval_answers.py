@@ -26,7 +26,8 @@ are computed (a gap, a sum, a count) and printed nowhere. ``--context-only``
 reports it without any LLM, for each page's best chunk and for ``context.choose_context``.
 ``--dev`` samples from the questions the default sample leaves out, to design rules on.
 ``--replay`` re-asks the passages stored with earlier answers (no store, no search) under today's
-prompts, so a change of prompt is compared with the stored answers on the very same text.
+prompts, so a change of prompt is compared with the stored answers on the very same text; both sides are
+judged by today's judge, and each stored passage's similarity lets the replay take the second look.
 """
 
 from __future__ import annotations
@@ -427,9 +428,8 @@ def replay_summary(rows: list[dict]) -> dict:
 
 def replay(rows_paths: list[Path], questions_path: Path, model_names: list[str], only_in_context: bool, out_path: Path) -> int:
     """Re-ask each stored row's passages with today's prompts, judge the new answers and print before and
-    after per model. A question stored twice is asked once. Only rows that kept each passage's retrieval
-    similarity (written since 2026-11-25's seventh session) get the second look after a refusal; for older
-    rows this measures the first reply."""
+    after per model. A question stored twice is asked once. A refusal gets the second look only where the row
+    kept its passages' retrieval similarity (older rows did not): for those this measures the first reply."""
     config.setup_logging(logging.WARNING)
     bench = {q["question"]: q for q in eval_retrieval.load_questions(questions_path)}
     stored = [row for path in rows_paths for row in read_rows(path)]
