@@ -5,11 +5,14 @@
          -> searchable; page labelling queued on ingest.BackgroundEnricher (as in the app)
          GET /api/jobs/{id}, or the same progress as server-sent events at /api/jobs/{id}/events
     GET /api/documents[/{id}], DELETE /api/documents/{id}     ingest.list_documents / delete_document
-    POST /api/search                         retriever.Retriever.search: ranked pages with their trace
+    POST /api/search                         retriever.Retriever.search: ranked pages with their trace,
+                                             or ("unit": "line") evidence.best_lines: the lines that answer
     POST /api/ask                            one answer worker, first come first served: qa.ask
-                                             -> JSON, or server-sent events: tokens, then one "answer"
+                                             -> JSON with the evidence lines, or server-sent events:
+                                                the evidence lines, tokens, then one "answer"
     GET /api/documents/{id}/pages/{n}.png    preview.render_page, a passage optionally highlighted
-    POST /v1/chat/completions, GET /v1/models    the library as an OpenAI-compatible model
+    POST /v1/chat/completions, GET /v1/models    the library as an OpenAI-compatible model (sources
+                                                 and evidence lines at the end of the reply)
     GET /api/health                          store, chat model, embedder, Ollama
 
 Every error is JSON ``{"error": {"message": ..., "status": ...}}`` (OpenAI's shape, so
@@ -54,6 +57,7 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import config
+import evidence
 import extract
 import ingest
 import models
@@ -254,20 +258,21 @@ class Question:
 
 class AnswerJob:
     """One question waiting for, or getting, its answer. The worker thread emits
-    ("queued" | "token" | "answer" | "error", data) events into the asking request's event loop."""
+    ("queued" | "evidence" | "token" | "answer" | "error", data) events into the asking request's
+    event loop; "evidence" (a list of lines) comes before the first "token"."""
 
     def __init__(self, question: Question, loop: asyncio.AbstractEventLoop):
         self.question, self._loop = question, loop
-        self.events: asyncio.Queue[tuple[str, dict]] = asyncio.Queue()
+        self.events: asyncio.Queue[tuple[str, dict | list]] = asyncio.Queue()
         self.cancelled = threading.Event()  # the client hung up: stop generating for it
 
-    def emit(self, kind: str, data: dict) -> None:
+    def emit(self, kind: str, data: dict | list) -> None:
         try:
             self._loop.call_soon_threadsafe(self.events.put_nowait, (kind, data))
         except RuntimeError:  # the server is shutting down: its event loop is closed, nobody listens
             self.cancelled.set()
 
-    async def stream(self) -> AsyncIterator[tuple[str, dict]]:
+    async def stream(self) -> AsyncIterator[tuple[str, dict | list]]:
         """The events up to and including the last one ("answer" or "error")."""
         try:
             while True:
@@ -333,6 +338,7 @@ class AnswerWorker:
         q = job.question
         try:
             stream = qa.ask(q.text, self.library.retriever, llm=self.chat_model(), history=q.history, scope=q.scope, k=q.k)
+            job.emit("evidence", qa.evidence_json(stream.evidence))  # found before any model call: show it while the model works
             with closing(iter(stream)) as pieces:  # closing releases the model at once when the client hung up
                 for piece in pieces:
                     if job.cancelled.is_set():
@@ -442,6 +448,13 @@ def hit_json(hit: Hit) -> dict:
         "score": round(hit.score, 6),
         "trace": hit.trace,
     }
+
+
+def line_json(line: Hit) -> dict:
+    """An evidence line as /api/search returns it: qa.evidence_json's fields, its span on the page
+    (``[start, end)`` of the page text) and the trace of its ranking (keyword, meaning, page_rank, kind)."""
+    [body] = qa.evidence_json([line])
+    return {**body, "start": line.start, "end": line.end, "title": line.title, "keywords": line.keywords, "trace": line.trace}
 
 
 def citation_json(answer: qa.Answer, citation: Citation) -> dict:
@@ -652,16 +665,29 @@ def page_image(
 class SearchRequest(BaseModel):
     query: str = Field(description="what to look for")
     documents: list[str] | None = Field(None, description="document ids to search (default: the whole library)")
-    k: int | None = Field(None, ge=1, le=config.API_MAX_K, description=f"pages to return (default {config.TOP_K})")
+    k: int | None = Field(
+        None, ge=1, le=config.API_MAX_K,
+        description=f"results to return: pages (default {config.TOP_K}) or lines (default {config.EVIDENCE_LINES})",
+    )
+    unit: Literal["page", "line"] = Field(
+        "page", description="'page': ranked pages, each as its best passage; 'line': the lines of the best pages that answer"
+    )
 
 
 @app.post("/api/search", tags=["answers"])
 def search(lib: Lib, body: SearchRequest) -> dict:
-    """Retrieval only: the ranked pages, each as its best passage, with the trace of each ranking."""
+    """Retrieval only: the ranked pages, each as its best passage, with the trace of each ranking;
+    or, with ``"unit": "line"``, the lines of the best pages that answer (what /api/ask shows as evidence)."""
     if not body.query.strip():
         raise ApiError(400, "The query is empty.")
-    hits = lib.retriever.search(body.query, k=body.k, scope=lib.scope(body.documents))
-    return {"query": body.query, "results": [hit_json(h) for h in hits]}
+    scope = lib.scope(body.documents)
+    if body.unit == "page":
+        hits = lib.retriever.search(body.query, k=body.k, scope=scope)
+        return {"query": body.query, "unit": body.unit, "results": [hit_json(h) for h in hits]}
+    hits = lib.retriever.search(body.query, scope=scope)  # the pages /api/ask reads its evidence from
+    lines = evidence.best_lines(body.query, hits, lib.retriever, n=body.k)
+    log.info("Search by line for %r: %d lines", body.query, len(lines))
+    return {"query": body.query, "unit": body.unit, "results": [line_json(h) for h in lines]}
 
 
 class ChatTurn(BaseModel):
@@ -674,7 +700,7 @@ class AskRequest(BaseModel):
     documents: list[str] | None = Field(None, description="document ids to ask (default: the whole library)")
     history: list[ChatTurn] = Field(default_factory=list, description="earlier turns, oldest first")
     k: int | None = Field(None, ge=1, le=config.API_MAX_K, description=f"pages shown to the model (default {config.TOP_K})")
-    stream: bool = Field(False, description="server-sent events: queued, token..., then answer (or error)")
+    stream: bool = Field(False, description="server-sent events: queued, evidence, token..., then answer (or error)")
 
 
 async def queue_question(lib: Library, question: str, history: list[tuple[str, str]], documents: list[str] | None, k: int | None) -> AnswerJob:
@@ -723,15 +749,20 @@ class ChatCompletionRequest(BaseModel):
     stream: bool = False
 
 
-def sources_footer(citations: list[dict]) -> str:
-    """The citations as text for a chat client that shows only the message:
+def sources_footer(answer: dict) -> str:
+    """The citations and evidence lines of an answer_json as text, for a chat client that shows only the message:
 
-    sources_footer([{"doc": "a.pdf", "page": 3, "verified": True}]) -> "\\n\\nSources:\\n- a.pdf, page 3 (verified)"
+    sources_footer({"citations": [{"doc": "a.pdf", "page": 3, "verified": True}],
+                    "evidence": [{"doc": "a.pdf", "page": 3, "text": "It rained."}]})
+      -> '\\n\\nSources:\\n- a.pdf, page 3 (verified)\\n\\nEvidence (lines from the pages found):\\n- a.pdf, page 3: "It rained."'
     """
-    if not citations:
-        return ""
-    lines = [f"- {c['doc']}, page {c['page']} ({'verified' if c['verified'] else 'not backed by the page'})" for c in citations]
-    return "\n\nSources:\n" + "\n".join(lines)
+    footer = ""
+    if citations := answer["citations"]:
+        lines = [f"- {c['doc']}, page {c['page']} ({'verified' if c['verified'] else 'not backed by the page'})" for c in citations]
+        footer += "\n\nSources:\n" + "\n".join(lines)
+    if found := answer["evidence"]:
+        footer += "\n\nEvidence (lines from the pages found):\n" + "\n".join(f'- {e["doc"]}, page {e["page"]}: "{e["text"]}"' for e in found)
+    return footer
 
 
 def completion_chunk(completion_id: str, delta: dict, finish_reason: str | None = None) -> dict:
@@ -747,7 +778,8 @@ def completion_chunk(completion_id: str, delta: dict, finish_reason: str | None 
 @app.post("/v1/chat/completions", tags=["openai"])
 async def chat_completions(lib: Lib, body: ChatCompletionRequest) -> Response:
     """OpenAI's chat completions, answered from the library: the last user message is the
-    question, earlier user/assistant messages the history; the reply ends with its sources."""
+    question, earlier user/assistant messages the history; the reply ends with its sources and
+    evidence lines (also as ``citations`` and ``evidence`` beside the message when not streamed)."""
     turns = [(m.role, m.text()) for m in body.messages if m.role in ("user", "assistant")]
     if not turns or turns[-1][0] != "user":
         raise ApiError(400, "The last message must be the user's question.")
@@ -755,7 +787,7 @@ async def chat_completions(lib: Lib, body: ChatCompletionRequest) -> Response:
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     if not body.stream:
         answer = await job.result()
-        message = {"role": "assistant", "content": answer["answer"] + sources_footer(answer["citations"])}
+        message = {"role": "assistant", "content": answer["answer"] + sources_footer(answer)}
         return JSONResponse({
             "id": completion_id,
             "object": "chat.completion",
@@ -763,6 +795,7 @@ async def chat_completions(lib: Lib, body: ChatCompletionRequest) -> Response:
             "model": config.API_MODEL_ID,
             "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
             "citations": answer["citations"],
+            "evidence": answer["evidence"],
         })
 
     async def events() -> AsyncIterator[bytes]:
@@ -771,7 +804,7 @@ async def chat_completions(lib: Lib, body: ChatCompletionRequest) -> Response:
             if kind == "token":
                 chunk = completion_chunk(completion_id, {"content": data["text"]})
             elif kind == "answer":
-                chunk = completion_chunk(completion_id, {"content": sources_footer(data["citations"])}, "stop")
+                chunk = completion_chunk(completion_id, {"content": sources_footer(data)}, "stop")
             elif kind == "error":
                 chunk = {"error": {"message": data["message"], "status": data["status"]}}
             else:

@@ -6,11 +6,16 @@ interaction):
     sidebar: uploads -> ingest.ingest_pdf() inside st.status with a progress bar
              -> searchable at once; page labelling queued on the BackgroundEnricher
              library (live progress) with remove; scope; settings; model status
-    main:    replay the chat -> st.chat_input -> qa.ask() streamed by st.write_stream
+    main:    replay the chat -> st.chat_input -> qa.ask()
+             -> its evidence lines (evidence.py), shown as soon as ask() returns, before any model call:
+                "What your documents say", each line with a chip opening its page, the line highlighted
+             -> the answer streamed under them by st.write_stream
              (a status line says what is happening until the first words arrive)
              -> citation chips (st.pills) numbered like the answer's [n] markers; a chosen chip shows the passage and the
                 page rendered by preview.render_page() with the passage highlighted
              -> unsupported sentences, confidence, rewritten query, optional trace
+             The lines lead every answer and are kept with its message: when the model refuses, or no page
+             backs what it wrote, they are still there, so the person has what the documents say.
 
 Heavy objects (embedder, chat model, Chroma client, retriever, enricher) live
 behind ``st.cache_resource`` and are shared by every browser tab; what one person
@@ -245,6 +250,11 @@ def show_citation(answer: qa.Answer, citation: checker.Citation) -> None:
     if hit is None:
         st.warning(f"Page {citation.page} was not among the passages the model was shown.")
         return
+    show_passage(hit)
+
+
+def show_passage(hit: Hit) -> None:
+    """A passage or an evidence line beside its page as an image, highlighted by its [start, end) offsets."""
     text_col, page_col = st.columns([2, 3])
     text_col.container(border=True).markdown(passage_md(hit.text))
     if hit.title:
@@ -255,6 +265,27 @@ def show_citation(answer: qa.Answer, citation: checker.Citation) -> None:
         return
     png = preview.render_page(pdf, hit.page, hit.start, hit.end, hit.ocr_boxes or None)
     page_col.image(png, caption=f"{md(hit.doc_name)}, page {hit.page}", width="stretch")
+
+
+def show_evidence(lines: list[Hit], key: str, answering: bool = False) -> None:
+    """The lines of the documents that answer the question, each beside a chip that opens its page
+    with the line highlighted. While an answer is being written the chips are disabled: a click
+    reruns the script, which would stop the answer half-way and lose it."""
+    if not lines:
+        return
+    st.markdown("**What your documents say**")
+    for number, line in enumerate(lines):
+        text_col, chip_col = st.columns([4, 1], vertical_alignment="center")
+        text_col.markdown(f"> {md(line.text)}")
+        chosen = chip_col.pills(
+            f"Open page {line.page} of {md(line.doc_name)}",
+            [f"{md(line.doc_name)} · p. {line.page}"],
+            key=f"evidence-{key}-{number}" + ("-answering" if answering else ""),  # drawn twice in that run: two keys
+            disabled=answering,
+            label_visibility="collapsed",
+        )
+        if chosen:
+            show_passage(line)
 
 
 def trace_rows(answer: qa.Answer) -> list[dict]:
@@ -300,6 +331,7 @@ def show_answer_details(answer: qa.Answer, key: str, show_trace: bool) -> None:
 
 def show_message(index: int, message: dict, show_trace: bool) -> None:
     with st.chat_message(message["role"]):
+        show_evidence(message.get("evidence", []), str(index))
         if message.get("error"):
             st.error(md(message["error"]))
             return
@@ -308,27 +340,38 @@ def show_message(index: int, message: dict, show_trace: bool) -> None:
             show_answer_details(message["answer"], str(index), show_trace)
 
 
-def answer_now(question: str, history: list[tuple[str, str]], scope, k: int) -> dict:
-    """Stream the answer into the open chat message; return the message to keep.
+def answer_now(question: str, history: list[tuple[str, str]], scope, k: int, key: str) -> dict:
+    """Show the evidence lines as soon as the search has found them, then stream the answer under
+    them into the open chat message; return the message to keep, the lines with it (``key``: the
+    message's index, so a replay finds the chips' state under the same keys).
 
-    Any failure becomes a message in the chat, so the conversation so far survives it.
+    Any failure becomes a message in the chat, so the conversation so far survives it; the lines
+    found before it stay.
     """
     if any(p.state == "labelling" for p in labelling_progress().values()):
         st.caption("Page labelling paused while answering")
+    evidence_slot = st.empty()  # above the answer: the lines are known before the model says a word
     status = st.empty()  # what is happening while the person waits: searching, reading, writing
+    lines: list[Hit] = []
     try:
         with models.QUESTIONS.asking():  # the background labeller waits until the answer is out
             stream = qa.ask(question, retriever(), llm=chat_model(), history=history, scope=scope, k=k,
                             on_stage=lambda text: status.caption(text))
+            lines = stream.evidence
+            with evidence_slot.container():
+                show_evidence(lines, key, answering=True)
             st.write_stream(md_stream(stream))
+        reply = {"role": "assistant", "content": stream.result.text, "answer": stream.result}
     except (models.ModelUnavailableError, ingest.IngestError) as err:
-        return {"role": "assistant", "content": "", "error": str(err)}
+        reply = {"role": "assistant", "content": "", "error": str(err)}
     except Exception as err:  # e.g. Ollama's embedder gone mid-search: say so, keep the chat
         log.exception("Answering failed")
-        return {"role": "assistant", "content": "", "error": models.explain_failure(err)}
+        reply = {"role": "assistant", "content": "", "error": models.explain_failure(err)}
     finally:
         status.empty()
-    return {"role": "assistant", "content": stream.result.text, "answer": stream.result}
+    with evidence_slot.container():  # the same lines, their chips usable now that nothing is being written
+        show_evidence(lines, key)
+    return {**reply, "evidence": lines}
 
 
 def main() -> None:
@@ -350,12 +393,13 @@ def main() -> None:
     history = [(m["role"], m["content"]) for m in messages if not m.get("error")]
     messages.append({"role": "user", "content": question})
     show_message(len(messages) - 1, messages[-1], show_trace)
+    key = str(len(messages))  # the index the reply will have when the chat is replayed
     with st.chat_message("assistant"):
-        reply = answer_now(question, history, scope, k)
+        reply = answer_now(question, history, scope, k, key)
         if reply.get("error"):
             st.error(md(reply["error"]))
         else:
-            show_answer_details(reply["answer"], str(len(messages)), show_trace)
+            show_answer_details(reply["answer"], key, show_trace)
     messages.append(reply)
 
 

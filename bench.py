@@ -23,7 +23,11 @@ ingests that: the bounded-memory case.
 from the real chunks and vectors of the evaluation store (run
 ``eval_retrieval.py`` on ../shared/bench/mmlongbench first), copied into
 collections of about 500 chunks (a 100-page PDF each) with a little noise added
-to each copy's vector, then times every leg of real bench questions.
+to each copy's vector, then times every leg of real bench questions. Then, with a
+fresh retriever on the same store (no query cached; line vectors cached from one
+question to the next, as in the app), it times each question in to its evidence
+lines ready: ``retriever.search`` and ``evidence.best_lines`` together ("time to
+evidence", p50 and p90 over the questions, with the search alone beside it).
 ``answer`` asks the sample questions in ``input_data/`` (R-intro.pdf, cached in
 ``bench_store/answer``) the way the app does (retrieve, fit the context, stream)
 and reports time to first token, generation speed and prompt size per model.
@@ -243,6 +247,34 @@ def time_retrieval(client, questions: list[str]) -> dict:
     for leg, values in timings.items():
         row[f"{leg}_p50_ms"] = round(float(np.percentile(values, 50)), 1)
         row[f"{leg}_p95_ms"] = round(float(np.percentile(values, 95)), 1)
+    return row
+
+
+def time_evidence(client, questions: list[str]) -> dict:
+    """p50/p90 milliseconds from question in to evidence lines ready (search + ``evidence.best_lines``), and of
+    the search alone, per question, on a retriever of its own (so no question's embedding is cached yet)."""
+    import numpy as np
+
+    import evidence
+    import models
+    from retriever import Retriever
+
+    retriever = Retriever(client, models.get_embeddings())
+    retriever.refresh()
+    search_ms, evidence_ms = [], []
+    for q in questions:
+        t0 = time.perf_counter()
+        hits = retriever.search(q)
+        t1 = time.perf_counter()
+        evidence.best_lines(q, hits, retriever)
+        t2 = time.perf_counter()
+        search_ms.append((t1 - t0) * 1000)
+        evidence_ms.append((t2 - t0) * 1000)
+    pages = sum(len({m["page"] for m in c.get(include=["metadatas"])["metadatas"]}) for c in client.list_collections())
+    row = {"pages": pages}
+    for name, values in (("search", search_ms), ("evidence", evidence_ms)):
+        row[f"{name}_p50_ms"] = round(float(np.percentile(values, 50)), 1)
+        row[f"{name}_p90_ms"] = round(float(np.percentile(values, 90)), 1)
     return row
 
 
@@ -762,11 +794,14 @@ def main(argv: list[str] | None = None) -> int:
         rows = []
         for n in args.chunks:
             client = build_scaled_store(n, args.source_store, config.BASE_DIR / "bench_store" / str(n))
-            rows.append(time_retrieval(client, questions))
+            rows.append({**time_retrieval(client, questions), **time_evidence(client, questions)})
         legs = ("embed", "semantic", "bm25", "total")
-        header = ["chunks", "collections", "index build s", *(f"{leg} p50/p95 ms" for leg in legs)]
+        header = ["chunks", "pages", "collections", "index build s", *(f"{leg} p50/p95 ms" for leg in legs),
+                  "search p50/p90 ms", "time to evidence p50/p90 ms"]
         print_table([header] + [
-            [r["chunks"], r["collections"], r["index_build_s"], *(f"{r[f'{leg}_p50_ms']} / {r[f'{leg}_p95_ms']}" for leg in legs)]
+            [r["chunks"], r["pages"], r["collections"], r["index_build_s"],
+             *(f"{r[f'{leg}_p50_ms']} / {r[f'{leg}_p95_ms']}" for leg in legs),
+             *(f"{r[f'{name}_p50_ms']} / {r[f'{name}_p90_ms']}" for name in ("search", "evidence"))]
             for r in rows
         ])
         if args.json:

@@ -12,6 +12,13 @@ ingest their PDFs (cached in the evaluation store) -> for each model, qa.ask
 scoped to the question's document -> one JSON row per answer (written as it
 finishes, so an interrupted run still reports) -> a table per model.
 
+Beside correct and refused answers, each model's table gives evidence@3 of the lines the answer
+showed (``answer.evidence``), judged by ``eval_retrieval.evidence_shown`` over the answerable
+questions ``eval_retrieval.evidence_countable`` admits (see eval_retrieval's docstring for the two
+rules); "evidence shown when refused", the same share over the refused ones among them (the lines
+then stand as the answer); and the median seconds from question to evidence lines and to the
+model's first token (answers the model was not asked for have no first token and are left out).
+
 How answers are judged (deliberately simple; a person would accept more
 paraphrases): lower-case, drop punctuation and every separator between digits
 ("3,02,16,492" = "3216492"); an answerable question is correct when every item
@@ -101,11 +108,6 @@ def answer_in_context(question: dict, passages: list[str]) -> bool:
     return bool(question["pages"]) and all(item_found(item, said) for item in gold_items(question["answer"]))
 
 
-def gold_page_texts(question: dict, collection: str, retriever: Retriever) -> list[str]:
-    """The whole stored text of the question's gold pages (what "answer on the gold pages" is matched in)."""
-    return [context.page_text(retriever.page_passages(collection, p)) for p in question["pages"]]
-
-
 def is_text_or_table(category: str) -> bool:
     """The evidence kinds a text-only model can answer from: prose, layout text and tables (not charts, figures)."""
     return category.startswith(("Pure-text", "Generalized-text", "Table"))
@@ -135,6 +137,7 @@ def summarise(rows: list[dict]) -> dict:
     text_table = [r for r in answerable if is_text_or_table(r.get("category", ""))]
     on_page = [r for r in text_table if r.get("answer_on_gold_pages")]
     shown = [c for r in rows for c in r["citations"]]
+    judged = [r for r in answerable if r.get("evidence") is not None]
     return {
         "n": len(rows),
         "correct_answerable": f"{sum(r['correct'] for r in answerable)}/{len(answerable)}",
@@ -152,7 +155,19 @@ def summarise(rows: list[dict]) -> dict:
         "citation_verified_share": round(sum(c["verified"] for c in shown) / len(shown), 3) if shown else None,
         "citation_gold_page_share": round(sum(c["gold_page"] for c in shown) / len(shown), 3) if shown else None,
         "median_seconds": round(statistics.median(r["seconds"] for r in rows), 1) if rows else None,
+        # the lines shown with the answer (rows stored before evidence was shown have no "evidence")
+        f"evidence@{eval_retrieval.EVIDENCE_AT}": share([bool(r["evidence"]) for r in judged]),
+        "evidence_shown_when_refused": share([bool(r["evidence"]) for r in judged if r["refused"]]),
+        "median_evidence_seconds": median([r.get("evidence_seconds") for r in rows], 2),
+        # older rows wrote 0.0 where the model was never asked: left out as None is
+        "median_first_token_seconds": median([r.get("first_token_seconds") or None for r in rows], 1),
     }
+
+
+def median(values: list[float | None], digits: int) -> float | None:
+    """median([0.5, None, 1.5, 1.0], 2) -> 1.0 (None values left out; None when none is left)"""
+    present = [v for v in values if v is not None]
+    return round(statistics.median(present), digits) if present else None
 
 
 # -----------------------------------------------------------------------------
@@ -281,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
             for i, q in enumerate(questions, 1):
                 col = collections[q["doc"]]
                 answer = qa.answer_question(q["question"], retriever, llm=llm, scope=[col])
+                gold_texts = eval_retrieval.gold_page_texts(q, col, retriever)
                 row = {
                     "model": name,
                     "question": q["question"],
@@ -289,7 +305,11 @@ def main(argv: list[str] | None = None) -> int:
                     "category": q["category"],
                     "page_hit": any(h.collection == col and h.page in q["pages"] for h in answer.sources),
                     "answer_in_context": answer_in_context(q, [h.text for h in answer.sources]),
-                    "answer_on_gold_pages": answer_in_context(q, gold_page_texts(q, col, retriever)),
+                    "answer_on_gold_pages": answer_in_context(q, gold_texts),
+                    # 1/0: a gold evidence line among the lines shown; None: not judged (see the module docstring)
+                    "evidence": int(eval_retrieval.evidence_shown(q, answer.evidence, col, retriever))
+                                if eval_retrieval.evidence_countable(q, gold_texts) else None,
+                    "evidence_lines": [{"page": h.page, "text": h.text} for h in answer.evidence],
                     "answer": answer.text,
                     "refused": answer.refused,
                     "second_look": answer.second_look,
@@ -300,7 +320,8 @@ def main(argv: list[str] | None = None) -> int:
                     ],
                     "confidence": answer.confidence,
                     "seconds": round(answer.seconds, 1),
-                    "first_token_seconds": round(answer.first_token_seconds or 0.0, 1),
+                    "evidence_seconds": None if answer.evidence_seconds is None else round(answer.evidence_seconds, 2),
+                    "first_token_seconds": None if answer.first_token_seconds is None else round(answer.first_token_seconds, 1),
                     # what the checker saw, so citations can be re-checked and judged by hand later
                     "sentences": [
                         {"text": s.text, "supported": s.supported, "cited": [c.number for c in s.citations if not c.inferred],
@@ -334,7 +355,7 @@ def context_report(questions: list[dict], collections: dict[str, str], retriever
         chosen = context.choose_context(q["question"], hits, retriever)
         rows.append({"text_table": is_text_or_table(q["category"]),
                      "page_hit": any(h.page in q["pages"] for h in hits),
-                     "on_gold_pages": answer_in_context(q, gold_page_texts(q, col, retriever)),
+                     "on_gold_pages": answer_in_context(q, eval_retrieval.gold_page_texts(q, col, retriever)),
                      "best_chunks": answer_in_context(q, [h.text for h in hits]),
                      "chosen": answer_in_context(q, [h.text for h in chosen]),
                      "chars_best_chunks": sum(len(h.text) for h in hits), "chars_chosen": sum(len(h.text) for h in chosen),

@@ -6,10 +6,11 @@
                              [--chunk-size CHARS --chunk-overlap CHARS] [--extractor NAME]
 
 Data flow: questions (JSON list or JSONL: question, doc, pages 1-based, optional
-category) -> ingest each needed PDF once into an evaluation store (cached by
-content hash) -> for every ablation (semantic only, BM25 only, hybrid) and
-scope (the question's own document, or the whole library) run the retriever ->
-page-level metrics -> a table on screen, a Markdown report and a JSON file.
+category, answer, evidence quotes) -> ingest each needed PDF once into an evaluation
+store (cached by content hash) -> for every ablation (semantic only, BM25 only,
+hybrid) and scope (the question's own document, or the whole library) run the
+retriever -> page-level metrics, and for hybrid the evidence lines and evidence@3 ->
+a table on screen, a Markdown report and a JSON file.
 
 A retrieved page counts when it is in the question's document and among its
 gold pages. Questions with ``pages: []`` are not answerable from the document:
@@ -19,6 +20,23 @@ semantic similarity they get is what a refusal threshold must beat).
 Metrics at k: hit@k (a gold page is in the top k), recall@k (share of gold pages
 found), precision@k (share of the k pages that are gold), MRR (1 / rank of the
 first gold page, 0 if none in the top k).
+
+evidence@3 (hybrid only, per scope): ``evidence.best_lines`` on the hybrid hits ->
+the three lines the app shows -> the share of answerable questions with a gold
+evidence line among them. Only lines in the question's own document count, and a
+line counts by one of two rules:
+  - the question carries evidence quotes (FinanceBench's ``evidence``: [{"page", "text"}]):
+    the line as its page prints it (``evidence.span_text``), cut into lower-cased ``\\w+``
+    words, has at least half of its word 6-grams in one of the quotes; a line of fewer
+    than 6 words, its whole word sequence in one quote, contiguous (``line_in_quotes``);
+  - no quotes (MMLongBench, input_data): the gold answer string, lower-cased with
+    whitespace collapsed, is in the line's as-read text or its printed text, as a whole
+    word or figure (not inside a longer one: a gold "12" is not in "1250"), within one
+    line (``answer_in_texts``). Such a question is counted only when its answer is
+    printed on a gold page by the same rule; how many qualify is reported.
+Questions neither rule can judge are left out of evidence@3 (``evidence_n`` says how
+many were counted). ``eval_answers.py`` scores the lines shown with its answers by the
+same functions.
 
 Robustness (--perturb): each question is also asked reworded in seeded ways
 (PERTURBATIONS: an instruction sentence about the answer's form appended or
@@ -50,9 +68,11 @@ from pathlib import Path
 from tqdm import tqdm
 
 import config
+import evidence
 import ingest
 import models
-from retriever import Retriever, tokenize
+from context import page_text
+from retriever import Hit, Retriever, tokenize
 from routing import LEGAL_SUFFIX, NAME_RUN
 
 log = logging.getLogger(__name__)
@@ -75,6 +95,8 @@ PERTURB_ABLATIONS = ("semantic", "bm25", "hybrid-main", "hybrid")
 DEFAULT_QUESTIONS = Path(config.INPUT_DATA_DIR) / "eval_questions.json"
 EXTRACTORS = ["text", "layout"]  # values of the EXTRACTOR setting
 DEFAULT_STORE = config.BASE_DIR / "chroma_store_eval"
+EVIDENCE_AT = 3  # evidence@3: a gold evidence line among the first three lines shown
+NGRAM = 6  # words per n-gram when a line is matched against an evidence quote
 
 
 def load_questions(path: Path) -> list[dict]:
@@ -232,9 +254,85 @@ def page_metrics(retrieved: list[tuple[str, int]], gold: set[tuple[str, int]], k
 
 
 def summarise(rows: list[dict], k: int) -> dict:
+    """Mean page metrics; and evidence@3 over the rows that judged the evidence (hybrid rows carry "evidence":
+    1, 0, or None when the question cannot be judged), with ``evidence_n`` the questions counted."""
     n = len(rows)
     mean = lambda key: round(sum(r[key] for r in rows) / n, 3) if n else 0.0  # noqa: E731
-    return {f"hit@{k}": mean("hit"), f"recall@{k}": mean("recall"), f"precision@{k}": mean("precision"), "mrr": mean("rr"), "n": n}
+    out = {f"hit@{k}": mean("hit"), f"recall@{k}": mean("recall"), f"precision@{k}": mean("precision"), "mrr": mean("rr"), "n": n}
+    if any("evidence" in r for r in rows):
+        judged = [r["evidence"] for r in rows if r.get("evidence") is not None]
+        out[f"evidence@{EVIDENCE_AT}"] = round(sum(judged) / len(judged), 3) if judged else None
+        out["evidence_n"] = len(judged)
+    return out
+
+
+def words(text: str) -> list[str]:
+    """words("Purchases of PP&E (1,577)") -> ["purchases", "of", "pp", "e", "1", "577"]"""
+    return re.findall(r"\w+", text.lower())
+
+
+def line_in_quotes(line: str, quotes: list[str]) -> bool:
+    """Is ``line`` (as its page prints it) in one of the evidence ``quotes``: at least half of its word
+    6-grams occur in one quote; a line of fewer than 6 words, its whole word sequence occurs in one, contiguous.
+
+    line_in_quotes("Net income was 5,363 in 2018.", ["Net income was 5,363 in 2018, up 10%"]) -> True
+    line_in_quotes("Total 5,363", ["Net income 5,363"]) -> False (short: "total 5 363" is not in the quote)
+    """
+    tokens = words(line)
+    if not tokens:
+        return False
+    grams = [tuple(tokens[i : i + NGRAM]) for i in range(len(tokens) - NGRAM + 1)]
+    for quote in quotes:
+        quoted = words(quote)
+        if not grams:
+            if f" {' '.join(tokens)} " in f" {' '.join(quoted)} ":
+                return True
+            continue
+        quoted_grams = {tuple(quoted[i : i + NGRAM]) for i in range(len(quoted) - NGRAM + 1)}
+        if 2 * sum(g in quoted_grams for g in grams) >= len(grams):
+            return True
+    return False
+
+
+def answer_in_texts(answer: str, texts: list[str]) -> bool:
+    """Is the gold ``answer`` printed in one of ``texts``: both lower-cased, whitespace collapsed, the answer a
+    whole word or figure there (not inside a longer word or number).
+
+    answer_in_texts("Less  well-off", ["They expect to be less\\nWell-off."]) -> True
+    answer_in_texts("12", ["Revenue was 1250."]) -> False
+    """
+    wanted = " ".join(str(answer).lower().split())
+    if not wanted:
+        return False
+    pattern = re.compile(rf"(?<![\w.]){re.escape(wanted)}(?!\w|\.\d)")
+    return any(pattern.search(" ".join(text.lower().split())) for text in texts)
+
+
+def evidence_quotes(q: dict) -> list[str]:
+    """The question's evidence quotes (FinanceBench), else []."""
+    return [e["text"] for e in q.get("evidence") or [] if e.get("text")]
+
+
+def gold_page_texts(q: dict, collection: str, retriever: Retriever) -> list[str]:
+    """The whole stored text of the question's gold pages."""
+    return [page_text(retriever.page_passages(collection, p)) for p in q["pages"]]
+
+
+def evidence_countable(q: dict, gold_texts: list[str]) -> bool:
+    """Can evidence@3 judge ``q``: it carries evidence quotes, or its gold answer is printed on a gold page
+    (``gold_texts``, by ``answer_in_texts``)."""
+    return bool(q["pages"]) and (bool(evidence_quotes(q)) or answer_in_texts(q.get("answer") or "", gold_texts))
+
+
+def evidence_shown(q: dict, lines: list[Hit], collection: str, retriever: Retriever) -> bool:
+    """Is a gold evidence line among the first EVIDENCE_AT ``lines`` (only lines of the question's document,
+    ``collection``, count): by ``line_in_quotes`` when ``q`` carries quotes, else by ``answer_in_texts``
+    on each line's as-read and printed text. See the module docstring."""
+    own = [line for line in lines[:EVIDENCE_AT] if line.collection == collection]
+    printed = [evidence.span_text(line, retriever) for line in own]
+    if quotes := evidence_quotes(q):
+        return any(line_in_quotes(text, quotes) for text in printed)
+    return answer_in_texts(q.get("answer") or "", [line.text for line in own] + printed)
 
 
 def first_gold_rank(ranking: list[tuple[str, int]], gold: set[tuple[str, int]]) -> int | None:
@@ -314,22 +412,30 @@ def summary_with_breakdowns(rows: list[dict], k: int) -> dict:
 
 def evaluate(retriever: Retriever, questions: list[dict], collections: dict[str, str], scopes: list[str], k: int,
              doc_types: dict[str, str] | None = None) -> dict:
-    """Run every ablation in every scope; returns metrics, breakdowns and per-question rows."""
+    """Run every ablation in every scope; returns metrics (evidence@3 for hybrid), breakdowns and per-question rows."""
     doc_types = doc_types or {}
     answerable = [q for q in questions if q["pages"]]
     unanswerable = [q for q in questions if not q["pages"]]
     texts_by_doc = {doc: ingest.page_texts(ingest.open_collection(retriever.client, col, retriever.embedder)) for doc, col in collections.items()}
-    results: dict = {"k": k, "ablations": {}, "per_question": [], "unanswerable": {}}
+    countable = {id(q): evidence_countable(q, gold_page_texts(q, collections[q["doc"]], retriever)) for q in answerable}
+    quoted = sum(bool(evidence_quotes(q)) for q in answerable)  # always countable
+    results: dict = {"k": k, "ablations": {}, "per_question": [], "unanswerable": {},
+                     "evidence": {"lines": EVIDENCE_AT, "answerable": len(answerable), "quoted": quoted,
+                                  "answer_on_gold_page": sum(countable.values()) - quoted}}
+    log.info("evidence@%d judges %d of %d answerable questions (%d by quotes)", EVIDENCE_AT, sum(countable.values()), len(answerable), quoted)
     for scope_name in scopes:
         for ablation, options in ABLATIONS.items():
             runs = run_ablation(retriever, answerable, collections, doc_types, scope_name, options, k, f"{scope_name}/{ablation}")
             if ablation == "hybrid":
-                for q, hits, row in runs:
+                for q, hits, row in tqdm(runs, desc=f"{scope_name}/evidence", unit="q", leave=False):
                     scope = question_scope(q, scope_name, collections, doc_types)
                     gold = {(collections[q["doc"]], p) for p in q["pages"]}
+                    lines = evidence.best_lines(q["question"], hits, retriever, n=EVIDENCE_AT)
+                    row["evidence"] = int(evidence_shown(q, lines, collections[q["doc"]], retriever)) if countable[id(q)] else None
                     results["per_question"].append(
                         {"scope": scope_name, "question": q["question"], "doc": q["doc"], "gold_pages": q["pages"],
                          "retrieved": [h.page for h in hits], **row,
+                         "evidence_lines": [{"doc": h.doc_name, "page": h.page, "text": h.text} for h in lines],
                          **diagnose(retriever, q, scope, gold, hits, texts_by_doc[q["doc"]])}
                     )
             results["ablations"][f"{scope_name}/{ablation}"] = summary_with_breakdowns([row for _, _, row in runs], k)
@@ -386,12 +492,21 @@ def top_similarity_gap(retriever, answerable, unanswerable, collections, scope_n
 
 
 def metrics_table(results: dict) -> str:
+    """One row per scope/ablation; evidence@3 (hybrid only, "-" elsewhere) beside hit@k."""
     k = results["k"]
-    keys = [f"hit@{k}", f"recall@{k}", f"precision@{k}", "mrr", "n"]
+    keys = [f"hit@{k}", f"evidence@{EVIDENCE_AT}", f"recall@{k}", f"precision@{k}", "mrr", "n", "evidence_n"]
     lines = ["| run | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
     for name, m in results["ablations"].items():
-        lines.append(f"| {name} | " + " | ".join(str(m[key]) for key in keys) + " |")
+        lines.append(f"| {name} | " + " | ".join(str(m.get(key, "-")) for key in keys) + " |")
     return "\n".join(lines)
+
+
+def evidence_note(results: dict) -> str:
+    """How many questions evidence@3 judges, and by which rule."""
+    e = results["evidence"]
+    return (f"evidence@{e['lines']} judges {e['quoted'] + e['answer_on_gold_page']} of {e['answerable']} answerable questions: "
+            f"{e['quoted']} by their evidence quotes, {e['answer_on_gold_page']} by their answer printed on a gold page "
+            f"(the rest carry no quote and their answer is printed on no gold page)")
 
 
 def category_table(results: dict) -> str:
@@ -408,11 +523,14 @@ def category_table(results: dict) -> str:
 
 def markdown_report(results: dict, questions_path: Path) -> str:
     k = results["k"]
-    parts = [f"# Retrieval evaluation: {questions_path.name}", "", metrics_table(results), ""]
+    ev = f"evidence@{EVIDENCE_AT}"
+    parts = [f"# Retrieval evaluation: {questions_path.name}", "", metrics_table(results), "", evidence_note(results), ""]
     for name, m in results["ablations"].items():
         if name.endswith("/hybrid"):
-            parts += [f"## {name} by category", "", f"| category | hit@{k} | recall@{k} | mrr | n |", "|---|---|---|---|---|"]
-            parts += [f"| {c} | {v[f'hit@{k}']} | {v[f'recall@{k}']} | {v['mrr']} | {v['n']} |" for c, v in m["by_category"].items()]
+            parts += [f"## {name} by category", "", f"| category | hit@{k} | {ev} | recall@{k} | mrr | n | evidence_n |",
+                      "|---|---|---|---|---|---|---|"]
+            parts += [f"| {c} | {v[f'hit@{k}']} | {v[ev]} | {v[f'recall@{k}']} | {v['mrr']} | {v['n']} | {v['evidence_n']} |"
+                      for c, v in m["by_category"].items()]
             parts.append("")
     parts += ["## Unanswerable questions", "", "```", json.dumps(results["unanswerable"], indent=2), "```", ""]
     misses = [r for r in results["per_question"] if not r["hit"]]
@@ -423,6 +541,12 @@ def markdown_report(results: dict, questions_path: Path) -> str:
             f"| {r['scope']} | {r['doc'][:25]} | {question} | {r['gold_pages']} | {r['retrieved']} | "
             f"{r['semantic_rank']} | {r['bm25_rank']} | {r['token_overlap']} | {r['near_misses']} |"
         )
+    unshown = [r for r in results["per_question"] if r["hit"] and r["evidence"] == 0]
+    parts += ["", f"## Evidence misses (hybrid, a gold page in the top {k}): {len(unshown)}", "",
+              "| scope | doc | question | gold | lines shown (page: text) |", "|---|---|---|---|---|"]
+    for r in unshown:
+        shown = " / ".join(f"{line['page']}: {line['text'][:70]}" for line in r["evidence_lines"]).replace("|", "/")
+        parts.append(f"| {r['scope']} | {r['doc'][:25]} | {r['question'].replace('|', '/')[:90]} | {r['gold_pages']} | {shown} |")
     return "\n".join(parts) + "\n"
 
 
@@ -516,7 +640,7 @@ def main(argv: list[str] | None = None) -> int:
         parts = [f"# Perturbed retrieval: {args.questions.name} ({args.split}, seed {args.seed})", "", text, ""]
     else:
         results = evaluate(retriever, questions, collections, scopes, args.k, doc_types)
-        text = metrics_table(results) + "\n" + category_table(results) + "\n" + json.dumps(results["unanswerable"])
+        text = "\n".join([metrics_table(results), evidence_note(results), category_table(results), json.dumps(results["unanswerable"])])
         parts = [markdown_report(results, args.questions)]
     if doc_types:
         text += "\n\n" + doc_type_table(results, scopes)

@@ -5,6 +5,8 @@
       (passages given instead?     the model reads those; the steps up to context.choose_context are skipped)
       -> follow-up?                the LLM rewrites it into a standalone search query
       -> retriever.search()        top-k pages, each as its best passage
+      -> evidence.best_lines()     the lines of those pages that answer, ready before any model call
+                                   (``AnswerStream.evidence``): the app shows them at once
       -> nothing relevant?         fixed "not found" reply and the nearest passages, no LLM call
       -> a financial measure?      worked out from the statement pages' own lines (statements.py), no LLM
       -> context.choose_context()  what of those pages the model reads: their best sentences and rows
@@ -41,6 +43,7 @@ import calc
 import checker
 import config
 import context
+import evidence
 import ingest
 import models
 import prompts
@@ -292,6 +295,8 @@ class Answer:
     seconds: float = 0.0
     first_token_seconds: float | None = None
     second_look: str | None = None  # after a refusal with a close passage: "answered" or "refused again"
+    evidence: list[Hit] = field(default_factory=list)  # the lines that answer, best first (evidence.py)
+    evidence_seconds: float | None = None  # question in, evidence lines ready
 
     @property
     def citations(self) -> list[Citation]:
@@ -314,16 +319,28 @@ class Answer:
             "seconds": round(self.seconds, 2),
             "unsupported_sentences": [s.text for s in self.sentences if s.supported is False],
             "fabricated_citations": sorted({n for s in self.sentences for n in s.fabricated}),
+            "evidence": evidence_json(self.evidence),
         }
+
+    @property
+    def needs_evidence_shown(self) -> bool:
+        """The lines stand as the answer when the model refused or the checker backs none of its sentences."""
+        return bool(self.evidence) and (self.refused or self.confidence == 0)
+
+
+def evidence_json(lines: list[Hit]) -> list[dict]:
+    """The evidence lines as the API returns them."""
+    return [{"document_id": h.collection, "doc": h.doc_name, "page": h.page, "text": h.text, "score": round(h.score, 4)} for h in lines]
 
 
 class AnswerStream:
     """Iterate for the answer's text as it is generated (what ``st.write_stream`` wants);
     after the last piece, ``result`` holds the verified Answer."""
 
-    def __init__(self, pieces: Iterator[str], finish):
+    def __init__(self, pieces: Iterator[str], finish, evidence: list[Hit] | None = None):
         self._pieces, self._finish = pieces, finish
         self.result: Answer | None = None
+        self.evidence = evidence or []  # known before the first piece: show it while the model works
 
     def __iter__(self) -> Iterator[str]:
         text = []
@@ -338,7 +355,7 @@ def _fixed(answer: Answer, text: str) -> AnswerStream:
         answer.text = text
         return answer
 
-    return AnswerStream(iter([text]), finish)
+    return AnswerStream(iter([text]), finish, answer.evidence)
 
 
 def measure_from_statements(question: str, hits: list[Hit], retriever: Retriever) -> tuple[str, list[Hit]] | None:
@@ -391,11 +408,16 @@ def ask(
             query = answer.rewritten_query = rewrite_query(llm, question, history)
         stage("Searching your documents…")
         hits = retriever.search(query, k=k, scope=scope)
+        answer.evidence = evidence.best_lines(query, hits, retriever)
+        answer.evidence_seconds = time.perf_counter() - t0
+        log.info("Evidence: %d lines after %.2fs", len(answer.evidence), answer.evidence_seconds)
         best = max((h.trace.get("semantic_score", 0.0) for h in hits), default=0.0)
         if not hits or best < config.REFUSAL_MIN_SIMILARITY:
             log.info("Refused without the LLM: best similarity %.3f < %.3f", best, config.REFUSAL_MIN_SIMILARITY)
             answer.refused, answer.sources = True, hits
             return _fixed(answer, prompts.NOT_FOUND)
+    else:
+        answer.evidence = evidence.best_lines(question, passages, retriever)
 
     def finish(text: str) -> Answer:
         stage("Checking the citations…")
@@ -413,7 +435,7 @@ def ask(
         if worked := measure_from_statements(asked, hits, retriever):
             stage("Working it out from the statements…")
             text, answer.sources = worked
-            return AnswerStream(iter([text]), finish)
+            return AnswerStream(iter([text]), finish, answer.evidence)
         passages = context.choose_context(query, hits, retriever)
     sources = fit_sources(asked, passages, history, lambda text: models.count_tokens(llm, text), config.LLM_N_CTX, config.LLM_MAX_TOKENS)
     answer.sources = sources
@@ -474,7 +496,7 @@ def ask(
         if line := calc.worked_out(text, [h.text for h in answer.sources], asked):
             yield f"\n\n{line}"
 
-    return AnswerStream(with_worked_out(pieces()), finish)
+    return AnswerStream(with_worked_out(pieces()), finish, answer.evidence)
 
 
 def answer_question(question: str, retriever: Retriever, **kwargs) -> Answer:

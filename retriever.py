@@ -290,6 +290,7 @@ class Retriever:
         self._checked_at = 0.0
         self._loaded: dict[tuple, dict] = {}  # (collection, enriched pages) -> its chunks, vectors, pages
         self._embed_query = lru_cache(maxsize=1024)(self.embedder.embed_query)  # follow-ups and evals repeat queries
+        self._line_vectors: dict[str, np.ndarray] = {}  # text -> unit vector, for evidence lines (see similarities)
         self._lock = threading.RLock()
 
     # -- keeping the in-memory index in step with the store ------------------
@@ -415,6 +416,23 @@ class Retriever:
                 query = np.asarray(self._embed_query(year_wordings(question, style)), dtype=np.float32)
                 similarity[rows] = self._vectors[rows] @ query
         return similarity
+
+    def similarities(self, question: str, texts: list[str]) -> np.ndarray:
+        """Cosine of ``question`` with each of ``texts`` (evidence lines, evidence.py).
+
+        Vectors of texts seen before are reused: people ask several questions of the same pages,
+        and embedding a page's lines is most of the time evidence takes.
+        """
+        missing = list(dict.fromkeys(t for t in texts if t not in self._line_vectors))
+        if missing:
+            for text, vector in zip(missing, self.embedder.embed_documents(missing)):
+                self._line_vectors[text] = np.asarray(vector, dtype=np.float32)
+            while len(self._line_vectors) > config.EVIDENCE_CACHE_LINES:  # oldest first out
+                del self._line_vectors[next(iter(self._line_vectors))]
+        if not texts:
+            return np.zeros(0, dtype=np.float32)
+        query = np.asarray(self._embed_query(question), dtype=np.float32)
+        return np.stack([self._line_vectors[t] for t in texts]) @ query
 
     def keyword(self, question: str, scope: list[str] | None = None, n: int | None = None) -> list[tuple[PageKey, float]]:
         """(page, BM25 score) best first, only pages that share a term with the question."""

@@ -55,7 +55,7 @@ def main() -> None:
                 chat = page.get_by_placeholder("Ask about your documents")
                 chat.fill(QUESTION)
                 chat.press("Enter")
-                chip = page.get_by_role("radio", name=re.compile(r"scan_linn\.pdf · p\. 1")).first
+                chip = page.get_by_role("radio", name=re.compile(r"\] scan_linn\.pdf · p\. 1")).first
                 expect(chip).to_be_visible(timeout=300_000)
                 chip.click()
                 image = page.get_by_test_id("stImage").locator("img").last

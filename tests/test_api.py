@@ -24,6 +24,7 @@ import bench
 from conftest import FACT_PAGES, TEST_LLM, write_text_pdf
 
 QUESTION = "When did the railway reach the town?"
+ANSWER_LINE = "The railway reached the town in 1889."  # page 3 of facts.pdf
 HOSTILE = '<img src="http://127.0.0.1:9/x.png"> **[click](http://127.0.0.1:9)**'  # text in a PDF, nothing more
 
 
@@ -155,29 +156,52 @@ def test_search_ranks_pages_with_their_trace_within_a_scope(api, facts_id):
     assert {h["document_id"] for h in body["results"]} == {facts_id}
 
 
+def test_search_by_line_returns_the_lines_that_answer(api, facts_id):
+    body = api.post("/api/search", json={"query": QUESTION, "unit": "line", "k": 2}).json()
+    assert body["unit"] == "line" and len(body["results"]) == 2
+    top = body["results"][0]
+    assert (top["document_id"], top["doc"], top["page"]) == (facts_id, "facts.pdf", 3)
+    assert top["text"] == ANSWER_LINE and top["trace"]["page_rank"] == 1
+    assert {"document_id", "doc", "page", "text", "score", "start", "end", "trace"} <= set(top)
+    assert "passage_id" not in top  # a line is no stored passage
+    default = api.post("/api/search", json={"query": QUESTION, "unit": "line"}).json()["results"]
+    assert [r["text"] for r in default[:2]] == [r["text"] for r in body["results"]]
+    pages = api.post("/api/search", json={"query": QUESTION, "k": 2}).json()
+    assert pages["unit"] == "page" and "passage" in pages["results"][0]  # pages stay the default
+
+
 def verified_pages(answer: dict) -> set[tuple[str, int]]:
     return {(c["document_id"], c["page"]) for c in answer["citations"] if c["verified"]}
 
 
-def test_ask_answers_as_json_with_a_verified_page_citation(api, facts_id):
+def evidence_pages(answer: dict) -> set[tuple[str, int, str]]:
+    return {(e["document_id"], e["page"], e["text"]) for e in answer["evidence"]}
+
+
+def test_ask_answers_as_json_with_a_verified_page_citation_and_the_evidence_lines(api, facts_id):
     answer = api.post("/api/ask", json={"question": QUESTION}).json()
     assert "1889" in answer["answer"] and answer["refused"] is False
     assert (facts_id, 3) in verified_pages(answer), answer
     cited = next(c for c in answer["citations"] if c["page"] == 3)
     assert cited["doc"] == "facts.pdf" and "railway reached the town in 1889" in cited["passage"]
     assert answer["confidence"] is not None and answer["rewritten_query"] is None
+    assert answer["evidence"] and (facts_id, 3, ANSWER_LINE) in evidence_pages(answer), answer["evidence"]
+    assert all(set(e) == {"document_id", "doc", "page", "text", "score"} for e in answer["evidence"])
 
 
-def test_ask_streams_tokens_then_one_final_event_with_the_citations(api, facts_id):
+def test_ask_streams_the_evidence_then_tokens_then_one_final_event_with_the_citations(api, facts_id):
     with api.stream("POST", "/api/ask", json={"question": QUESTION, "stream": True}) as response:
         assert response.headers["content-type"].startswith("text/event-stream")
         events = list(sse_events(response))
     kinds = [kind for kind, _ in events]
     assert kinds[0] == "queued" and kinds[-1] == "answer" and kinds.count("answer") == 1
+    assert kinds.count("evidence") == 1 and kinds.index("evidence") < kinds.index("token"), kinds
     tokens = [data["text"] for kind, data in events if kind == "token"]
     answer = events[-1][1]
     assert len(tokens) >= 2 and "".join(tokens).strip() == answer["answer"]
     assert (facts_id, 3) in verified_pages(answer), answer
+    lines = events[kinds.index("evidence")][1]
+    assert lines == answer["evidence"] and (facts_id, 3, ANSWER_LINE) in evidence_pages(answer)
 
 
 def test_a_follow_up_with_history_is_rewritten(api, facts_id):
@@ -206,15 +230,18 @@ def test_a_page_image_with_and_without_the_passage_highlighted(api, facts_id):
     assert yellow_pixels(plain_pix) == 0 and yellow_pixels(lit_pix) > 100
 
 
-def test_the_openai_client_gets_an_answer_with_its_sources(server, facts_id):
+def test_the_openai_client_gets_an_answer_with_its_sources_and_evidence_lines(server, facts_id):
     client = openai.OpenAI(base_url=f"{server}/v1", api_key="unused", max_retries=0)
     assert [m.id for m in client.models.list()] == ["pdf-library"]
+    evidence = f'\n\nEvidence (lines from the pages found):\n- facts.pdf, page 3: "{ANSWER_LINE}"'
     reply = client.chat.completions.create(model="pdf-library", messages=[{"role": "user", "content": QUESTION}])
     text = reply.choices[0].message.content
     assert "1889" in text and "Sources:\n- facts.pdf, page 3 (verified)" in text
+    assert evidence in text and text.index("Sources:") < text.index("Evidence")
+    assert (facts_id, 3, ANSWER_LINE) in evidence_pages(reply.model_extra)
     stream = client.chat.completions.create(model="pdf-library", messages=[{"role": "user", "content": QUESTION}], stream=True)
     chunks = [c.choices[0].delta.content or "" for c in stream]
-    assert len(chunks) > 3 and "facts.pdf, page 3 (verified)" in "".join(chunks)
+    assert len(chunks) > 3 and "facts.pdf, page 3 (verified)" in "".join(chunks) and evidence in "".join(chunks)
     with pytest.raises(openai.BadRequestError, match="last message must be the user's question"):
         client.chat.completions.create(model="pdf-library", messages=[{"role": "system", "content": "Be brief."}])
 
@@ -243,6 +270,7 @@ def test_bad_requests_get_their_status_and_plain_message(api, facts_id):
         (api.post("/api/ask", content=b"{not json", headers={"content-type": "application/json"}), 400, "The request body is not valid JSON."),
         (api.post("/api/ask", json={"question": QUESTION, "documents": ["pdf_rag_nope"]}), 404, "There is no document 'pdf_rag_nope' in the library."),
         (api.post("/api/search", json={"query": ""}), 400, "The query is empty."),
+        (api.post("/api/search", json={"query": QUESTION, "unit": "bogus"}), 400, "unit: Input should be 'page' or 'line'"),
         (api.get("/api/documents/pdf_rag_nope"), 404, "There is no document 'pdf_rag_nope' in the library."),
         (api.get("/api/jobs/nope"), 404, "There is no job 'nope' (jobs are forgotten when the server restarts)."),
         (api.get(f"/api/documents/{facts_id}/pages/9.png"), 404, "facts.pdf has 3 pages; there is no page 9."),

@@ -15,6 +15,7 @@ from streamlit.testing.v1 import AppTest
 import config
 import ingest
 import models
+import prompts
 from conftest import shown
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
@@ -44,6 +45,16 @@ def sidebar_text(app: AppTest) -> str:
     return shown(" ".join(m.value for m in app.sidebar.markdown) + " " + " ".join(c.value for c in app.sidebar.caption))
 
 
+def evidence_lines(message) -> list[str]:
+    """The evidence lines a chat message shows (each a quotation), as the person reads them."""
+    return [shown(m.value)[2:] for m in message.markdown if m.value.startswith("> ")]
+
+
+def answer_markdown(message) -> str:
+    """The answer's own text in a chat message: the first Markdown after the evidence."""
+    return next(m.value for m in message.markdown if not m.value.startswith("> ") and m.value != "**What your documents say**")
+
+
 def test_upload_ask_open_a_citation_then_remove_the_document(store, embedder, three_page_pdf, small_model):
     app = AppTest.from_file(APP, default_timeout=300).run()
     assert not app.exception and "No documents yet" in sidebar_text(app)
@@ -56,17 +67,17 @@ def test_upload_ask_open_a_citation_then_remove_the_document(store, embedder, th
     app.chat_input[0].set_value(QUESTION).run()
     assert not app.exception
     answer = app.chat_message[1]
-    assert "1889" in answer.markdown[0].value
-    chips = answer.button_group[0]
+    assert "1889" in answer_markdown(answer)
+    chips = answer.button_group(key="cite-1")
     chip = next(o for o in chips.options if re.match(r"\[\d\] facts\.pdf · p\. 3 ✓", shown(o)))  # verified (maybe inferred)
     number = re.match(r"\[(\d)\]", shown(chip)).group(1)
-    assert f"[{number}]" in shown(answer.markdown[0].value) or "(inferred)" in shown(chip)  # the marker's number
+    assert f"[{number}]" in shown(answer_markdown(answer)) or "(inferred)" in shown(chip)  # the marker's number
     assert any("Confidence" in c.value for c in answer.caption)
     assert not any("Reading" in c.value or "Searching" in c.value for c in answer.caption)  # the status line is gone
 
     chips.set_value(chip).run()
     opened = app.chat_message[1]
-    assert "railway reached the town in 1889" in opened.markdown[1].value  # the passage, quoted
+    assert any("Chapter 3. The railway reached the town in 1889" in shown(m.value) for m in opened.markdown)  # the passage
     assert [shown(c) for c in opened.get("image")[0].captions] == ["facts.pdf, page 3"]  # the rendered page
     assert len(app.session_state["messages"]) == 2  # opening a source keeps the chat
 
@@ -75,6 +86,45 @@ def test_upload_ask_open_a_citation_then_remove_the_document(store, embedder, th
     assert ingest.list_documents(store) == [] and "No documents yet" in sidebar_text(app)
     opened = app.chat_message[1]  # the old answer stays; its page can no longer be shown
     assert any("no longer in the library" in i.value for i in opened.info)
+
+
+def test_a_refused_answer_still_shows_the_lines_that_answer_and_keeps_them(store, embedder, three_page_pdf, small_model, ollama_server, monkeypatch):
+    """The model (a stand-in speaking Ollama's protocol) says the documents do not say, the second look
+    too; the real embedder and store found the line that does: it is shown, kept, replayed, and opens its page."""
+    ingest.ingest_pdf(three_page_pdf, store, embedder)
+    monkeypatch.setattr(config, "LLM_BACKEND", "ollama")
+    monkeypatch.setattr(config, "EMBED_BACKEND", "embedded")
+    monkeypatch.setattr(ollama_server, "models", [config.LLM_MODEL])
+    monkeypatch.setattr(ollama_server, "reply", prompts.REFUSAL)
+    monkeypatch.setattr(ollama_server, "chats", [])
+    st.cache_resource.clear()
+    models.get_chat_model.cache_clear()
+    app = AppTest.from_file(APP, default_timeout=300).run()
+    app.chat_input[0].set_value(QUESTION).run()
+    assert not app.exception and ollama_server.chats  # the model was asked, and refused
+    kept = app.session_state["messages"][1]
+    assert kept["answer"].refused and kept["answer"].needs_evidence_shown
+
+    answer = app.chat_message[1]
+    headings = [m.value for m in answer.markdown]
+    assert headings.index("**What your documents say**") < headings.index(answer_markdown(answer))  # the lines lead
+    assert shown(answer_markdown(answer)) == prompts.REFUSAL
+    lines = evidence_lines(answer)
+    assert len(lines) == config.EVIDENCE_LINES
+    number = next(n for n, line in enumerate(lines) if "The railway reached the town in 1889" in line)  # the line that answers
+    assert [line.text for line in kept["evidence"]] == lines  # kept with the message
+    assert not [b for b in answer.button_group if b.key.endswith("-answering")]  # the disabled chips were redrawn usable
+
+    app.run()  # a rerun replays the chat from session_state: the same lines, the same chips
+    answer = app.chat_message[1]
+    assert evidence_lines(answer) == lines
+    chip = answer.button_group(key=f"evidence-1-{number}")
+    assert [shown(o) for o in chip.options] == ["facts.pdf · p. 3"]
+
+    chip.set_value(chip.options[0]).run()
+    opened = app.chat_message[1]
+    assert [shown(c) for c in opened.get("image")[0].captions] == ["facts.pdf, page 3"]  # the page, the line highlighted
+    assert evidence_lines(opened) == lines and len(app.session_state["messages"]) == 2
 
 
 def test_a_bad_upload_is_refused_in_plain_words_and_stores_nothing(store, tmp_path, small_model):

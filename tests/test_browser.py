@@ -1,7 +1,8 @@
 """End to end in a real browser: `streamlit run app.py` on a free localhost port, driven
-by Playwright in Debian's headless Chromium (upload, ask, open a citation, see the page),
-and the same with documents and answers that carry images, links and HTML aimed at a
-local listener, which must hear nothing.
+by Playwright in Debian's headless Chromium (upload, ask, open a citation, see the page;
+the evidence lines on screen while the model has not yet said a word), and the same with
+documents and answers that carry images, links and HTML aimed at a local listener, which
+must hear nothing.
 
 `.ci/run` installs Chromium and sets REQUIRE_BROWSER=1, so there a missing browser
 fails the test; on a developer machine without one it is skipped.
@@ -123,7 +124,7 @@ def test_upload_ask_and_see_the_cited_page_in_a_real_browser(app_url, tmp_path):
     with browser_page(tmp_path) as page:
         upload_and_wait(page, app_url, pdf)
         ask(page, "When did the railway reach the town?")
-        chip = page.get_by_role("radio", name=re.compile(r"harbour\.pdf · p\. 3"))  # st.pills are radios
+        chip = page.get_by_role("radio", name=re.compile(r"\] harbour\.pdf · p\. 3"))  # a citation chip ("[1] …"); st.pills are radios
         expect(chip).to_be_visible(timeout=240_000)
         expect(page.get_by_test_id("stChatMessage").last).to_contain_text("1889")
 
@@ -158,13 +159,14 @@ def test_markup_in_a_document_is_shown_as_text_and_fetches_nothing(app_url, list
         ask(page, "How do I configure a Kubernetes ingress controller?")  # off-topic: nearest passages listed
         refusal = page.get_by_test_id("stChatMessage").last
         expect(refusal).to_contain_text("Nearest passages", timeout=120_000)
+        expect(refusal).to_contain_text("What your documents say")  # the evidence lines of those pages: inert too
         expect(refusal).to_contain_text(literally(f"![chart](http://127.0.0.1:{port}/image?q=secret)"))
         expect(refusal).to_contain_text(literally(f"[the full report](http://127.0.0.1:{port}/link)"))
         expect(refusal).to_contain_text(literally(f'<img src="http://127.0.0.1:{port}/html">'))
         assert_nothing_live(page, port, requests)
 
         ask(page, "When did the railway reach the town?")
-        chip = page.get_by_role("radio", name=re.compile(r"hostile\.pdf · p\. 3"))
+        chip = page.get_by_role("radio", name=re.compile(r"\] hostile\.pdf · p\. 3"))
         expect(chip).to_be_visible(timeout=240_000)
         chip.click()
         expect(page.get_by_test_id("stImage").locator("img").last).to_be_visible(timeout=60_000)
@@ -186,3 +188,55 @@ def test_an_answer_holding_an_image_is_shown_as_text_and_fetches_nothing(serve_a
         answer = page.get_by_test_id("stChatMessage").last
         expect(answer).to_contain_text(literally(image), timeout=120_000)
         assert_nothing_live(page, port, requests)
+
+
+def test_the_evidence_lines_are_on_screen_before_the_first_word_of_the_answer(serve_app, ollama_server, monkeypatch, tmp_path):
+    """The model (a stand-in speaking Ollama's protocol) holds back its reply until the test has seen the
+    evidence lines in the page: they come from the search alone, the answer streams in under them after."""
+    asked, release = threading.Event(), threading.Event()
+    reply_now = ollama_server.do_POST
+
+    def reply_when_released(handler):
+        if handler.path == "/api/chat":
+            asked.set()
+            release.wait(timeout=180)
+        reply_now(handler)
+
+    monkeypatch.setattr(ollama_server, "do_POST", reply_when_released)
+    monkeypatch.setattr(ollama_server, "models", [config.LLM_MODEL])
+    monkeypatch.setattr(ollama_server, "reply", "Trains first came to the town in 1889 [1].")
+    app_url = serve_app(LLM_BACKEND="ollama", OLLAMA_BASE_URL=config.OLLAMA_BASE_URL)
+    pdf = write_text_pdf(
+        tmp_path / "harbour.pdf",
+        [
+            "The lighthouse keeper of Port Elwin was Margaret Tolland.",
+            "The fishing fleet landed mostly cod and haddock.",
+            "The railway reached the town in 1889. Trains to the capital took nine hours.",
+        ],
+    )
+    try:
+        with browser_page(tmp_path) as page:
+            upload_and_wait(page, app_url, pdf)
+            ask(page, "When did the railway reach the town?")
+            assert asked.wait(timeout=180)  # the model is asked and has sent nothing back
+            message = page.get_by_test_id("stChatMessage").last
+            expect(message).to_contain_text("What your documents say", timeout=30_000)
+            line = message.locator("blockquote", has_text="The railway reached the town in 1889.")
+            expect(line).to_be_visible()
+            chips = message.get_by_role("radio", name="harbour.pdf · p. 3", exact=True)
+            expect(chips.first).to_be_disabled()  # a click now would rerun the page and stop the answer
+            expect(message).not_to_contain_text("Trains first came")
+
+            release.set()
+            expect(message).to_contain_text("Trains first came to the town in 1889", timeout=120_000)
+            text = message.inner_text()
+            assert text.index("The railway reached the town in 1889.") < text.index("Trains first came")  # the lines lead
+
+            chip = chips.first
+            expect(chip).to_be_enabled(timeout=30_000)
+            chip.click()
+            image = page.get_by_test_id("stImage").locator("img").last
+            expect(image).to_be_visible(timeout=60_000)
+            assert image.evaluate("img => img.naturalWidth") > 300  # the line's page, rendered
+    finally:
+        release.set()  # never leave the stand-in's request thread waiting

@@ -1,0 +1,276 @@
+"""Find the lines in the best pages that answer the question: the evidence shown before any model speaks.
+
+    retriever.search() hits (best pages first)
+      -> each page's whole text, rebuilt from its stored chunks
+      -> page_lines(): the page cut into lines a person reads as one statement
+           prose      one sentence (wrapped lines joined; a short line that ends no sentence is a heading)
+           list item  a line that starts with a bullet or an item number
+           table row  a label and the figures printed under it, one cell per line in the text layer
+                      ("Purchases of PP&E\\n(1,577)\\n(1,373)"), or a Markdown row; read with its column
+                      heads ("2018: (1,577) · 2017: (1,373)") and the table's heading above it
+      -> two rankings of every line, as for pages:
+           keywords   BM25 over the lines of those pages (the question's words, numbers, years)
+           meaning    cosine of the question and the line's text, both embedded
+      -> Reciprocal Rank Fusion of the two, plus the page's own search rank as a third ranking
+      -> the best lines, each a Hit whose [start, end) is the line's span on its page (for highlighting)
+         and whose text is the line as read (row label, column heads, heading)
+
+Retrieval finds the right page most of the time; the small model then often fails to read the line
+that answers from it. Showing the lines themselves, in well under a second, gives the person the answer
+whatever the model writes, and lets them check the model's sentence against the very lines it read.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+import config
+from context import page_text
+from question import parse_question
+from retriever import Hit, Retriever, SparseBM25, keyword_tokens, rrf
+
+log = logging.getLogger(__name__)
+
+# A cell of figures in the text layer: "(1,577)", "$ 5,363", "12.5 %", "—"
+_FIGURE_CELL = re.compile(r"^\$?\s*\(?[-+]?\$?\s*\d[\d,]*(?:\.\d+)?\s*\)?\s*%?\s*\$?$|^[—–-]$")
+# A column head that is a period: "2018", "FY2023", "Fiscal 2022", "December 31, 2018", "Q4 2022"
+_YEAR_CELL = re.compile(r"^(?:(?:fiscal|fy|q[1-4])\s?|[A-Za-z]{3,9}\.?\s+(?:\d{1,2},?\s+)?)?(?:19|20)\d\d$", re.IGNORECASE)
+_FILLER_CELL = re.compile(r"^[\s$]*$")
+_BULLET = re.compile(r"^\s*(?:[•●▪◦·\-–*]|\(?\d{1,2}[.)]|\(?[a-z][.)])\s+")
+_SENTENCE_END = re.compile(r"[.!?][\"'”’)\]]*(?=\s)")
+_HEADING_MAX_CHARS = 60
+LONGEST_LINE = 400  # characters; a longer "sentence" (a run-on list) is cut at its line breaks
+
+
+@dataclass
+class Line:
+    """One readable line of a page: its span in the page text, and how it reads with its context."""
+
+    start: int
+    end: int
+    kind: str  # "sentence", "heading", "item", "row"
+    text: str  # as read: a row with its heading and column heads
+
+
+def _physical_lines(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each non-blank line, whitespace trimmed."""
+    spans = []
+    for match in re.finditer(r"[^\n]+", text):
+        stripped = match.group().strip()
+        if stripped:
+            start = match.start() + match.group().index(stripped)
+            spans.append((start, start + len(stripped)))
+    return spans
+
+
+def _cell_kind(cell: str) -> str:
+    """year | figure | filler | text"""
+    if _YEAR_CELL.match(cell):
+        return "year"
+    if _FIGURE_CELL.match(cell):
+        return "figure"
+    if _FILLER_CELL.match(cell):
+        return "filler"
+    return "text"
+
+
+def _sentences(text: str, start: int, end: int) -> list[tuple[int, int]]:
+    """Sentence spans of one paragraph ``text[start:end]``; an over-long one is cut at its line breaks."""
+    spans, at = [], start
+    for match in _SENTENCE_END.finditer(text, start, end):
+        spans.append((at, match.end()))
+        at = match.end()
+    spans.append((at, end))
+    out = []
+    for s, e in spans:
+        s += len(text[s:e]) - len(text[s:e].lstrip())
+        if s >= e:
+            continue
+        if e - s <= LONGEST_LINE:
+            out.append((s, e))
+        else:
+            out += [span for span in _physical_lines_in(text, s, e)]
+    return out
+
+
+def _physical_lines_in(text: str, start: int, end: int) -> list[tuple[int, int]]:
+    return [(start + s, start + e) for s, e in _physical_lines(text[start:end])]
+
+
+def _joined(text: str) -> str:
+    """Wrapped lines read as one: line breaks and runs of spaces become single spaces."""
+    return " ".join(text.split())
+
+
+def page_lines(text: str) -> list[Line]:
+    """The page cut into lines a person reads as one statement; see the module docstring.
+
+    page_lines("Cash Flows\\n2018\\n2017\\nCapex\\n(1,577)\\n(1,373)") ->
+      [Line(kind="heading", text="Cash Flows"), Line(kind="row", text="Cash Flows · Capex · 2018: (1,577) · 2017: (1,373)")]
+    """
+    physical = _physical_lines(text)
+    kinds = [_cell_kind(text[s:e]) for s, e in physical]
+    lines: list[Line] = []
+    years: list[str] = []  # the column heads now in force
+    heading = ""  # the last heading seen: a table's title, a section's name
+    paragraph: list[tuple[int, int]] = []  # the physical lines of the prose or list item being read
+    paragraph_kind = "sentence"
+
+    def flush_paragraph() -> None:
+        nonlocal paragraph_kind
+        if paragraph:
+            for s, e in _sentences(text, paragraph[0][0], paragraph[-1][1]):
+                lines.append(Line(s, e, paragraph_kind, _joined(text[s:e])))
+        paragraph.clear()
+        paragraph_kind = "sentence"
+
+    i = 0
+    while i < len(physical):
+        s, e = physical[i]
+        cell = text[s:e]
+        if kinds[i] == "year":  # a run of years alone heads the columns below it
+            flush_paragraph()
+            run = []
+            while i < len(physical) and kinds[i] in ("year", "filler"):
+                if kinds[i] == "year":
+                    run.append(text[physical[i][0] : physical[i][1]])
+                i += 1
+            years = run if len(run) >= 2 else years
+            continue
+        figures_after = []
+        j = i + 1
+        while j < len(physical) and kinds[j] in ("figure", "filler"):
+            if kinds[j] == "figure":
+                figures_after.append(j)
+            j += 1
+        if kinds[i] == "text" and figures_after:  # a label and the figures printed under it: a row
+            flush_paragraph()
+            end = physical[figures_after[-1]][1]
+            figures = [text[physical[f][0] : physical[f][1]].replace(" ", "") for f in figures_after]
+            lines.append(Line(s, end, "row", row_text(heading, _joined(cell), figures, years)))
+            i = j
+            continue
+        if cell.startswith("|") and cell.endswith("|"):  # a Markdown table row (EXTRACTOR=layout)
+            flush_paragraph()
+            lines.append(Line(s, e, "row", _markdown_row_text(text, physical, i, heading)))
+            i += 1
+            continue
+        if kinds[i] in ("figure", "filler"):  # figures with no label above them: part of nothing
+            i += 1
+            continue
+        if _BULLET.match(cell):  # a list item starts here, whatever came before
+            flush_paragraph()
+            paragraph_kind = "item"
+        paragraph.append((s, e))
+        ends_sentence = bool(re.search(r"[.!?:;][\"'”’)\]]*$", cell))
+        if paragraph_kind != "item" and not ends_sentence and len(cell) <= _HEADING_MAX_CHARS and len(paragraph) == 1:
+            # a short line that ends no sentence stands alone: a heading (or a table's title)
+            paragraph.clear()
+            lines.append(Line(s, e, "heading", _joined(cell)))
+            heading = _joined(cell)
+        elif ends_sentence and len(cell) <= _HEADING_MAX_CHARS:
+            flush_paragraph()
+        i += 1
+    flush_paragraph()
+    return lines
+
+
+def row_text(heading: str, label: str, figures: list[str], years: list[str]) -> str:
+    """A table row as it reads: its heading, its label, each figure under its column head.
+
+    row_text("Cash Flows", "Capex", ["(1,577)", "(1,373)"], ["2018", "2017"]) -> "Cash Flows · Capex · 2018: (1,577) · 2017: (1,373)"
+    """
+    figures = [f for f in figures if f != "$"]
+    if years and len(years) == len(figures):
+        cells = [f"{year}: {figure}" for year, figure in zip(years, figures)]
+    else:
+        cells = figures
+    return " · ".join(([heading] if heading else []) + [label] + cells)
+
+
+def _markdown_row_text(text: str, physical: list[tuple[int, int]], i: int, heading: str) -> str:
+    """A Markdown row read under its table's first row (the column heads)."""
+    head = i
+    while head > 0 and text[physical[head - 1][0]].startswith("|"):
+        head -= 1
+    cells = [c.strip() for c in text[physical[i][0] : physical[i][1]].strip("|").split("|")]
+    if head == i:
+        return " · ".join(([heading] if heading else []) + [c for c in cells if c])
+    heads = [c.strip() for c in text[physical[head][0] : physical[head][1]].strip("|").split("|")]
+    label, rest = cells[0], cells[1:]
+    pairs = [f"{h}: {c}" if h else c for h, c in zip(heads[1:], rest) if c and not set(c) <= set("-: ")]
+    return " · ".join(([heading] if heading else []) + [label] + pairs)
+
+
+# -----------------------------------------------------------------------------
+# Ranking the lines
+
+
+def fuse_lines(keyword: np.ndarray, meaning: np.ndarray, page_rank: list[int]) -> np.ndarray:
+    """One score per line: Reciprocal Rank Fusion of the keyword ranking, the meaning ranking and the
+    rank of the line's page in the search (a line on the best page starts ahead of one on the fifth).
+    Lines sharing no word with the question still rank by meaning: a paraphrase is evidence too.
+
+    fuse_lines(np.array([2.0, 0.0]), np.array([0.1, 0.9]), [1, 1]) -> both lines tied (each leads one ranking)
+    """
+    n = len(page_rank)
+    ids = [str(i) for i in range(n)]
+    by_keyword = [ids[i] for i in np.argsort(-keyword, kind="stable") if keyword[i] > 0]
+    by_meaning = [ids[i] for i in np.argsort(-meaning, kind="stable")]
+    by_page = [ids[i] for i in sorted(range(n), key=lambda i: page_rank[i])]
+    fused = rrf([by_keyword, by_meaning, by_page])
+    return np.array([fused.get(i, 0.0) for i in ids])
+
+
+def best_lines(
+    question: str, hits: list[Hit], retriever: Retriever, n: int | None = None, pages: int | None = None
+) -> list[Hit]:
+    """The ``n`` lines of the ``pages`` best-ranked hits that best answer ``question``, best first.
+
+    Each is a Hit on its page: ``text`` is the line as read (a row with its heads), ``[start, end)``
+    its span in the page text (so a preview highlights exactly it), ``score`` its fused score, and
+    ``trace`` says why (keyword and meaning scores, the page's rank).
+    """
+    n = n or config.EVIDENCE_LINES
+    pages = pages or config.EVIDENCE_PAGES
+    query = parse_question(question).query
+    candidates: list[tuple[Hit, Line, int]] = []
+    for rank, hit in enumerate(hits[:pages], 1):
+        chunks = retriever.page_passages(hit.collection, hit.page) or [hit]
+        text = page_text(chunks)
+        for line in page_lines(text):
+            if line.kind != "heading" and len(line.text) >= config.EVIDENCE_MIN_CHARS:  # a heading names, it states nothing
+                candidates.append((replace(hit, start=line.start, end=line.end, text=line.text, trace={}), line, rank))
+    if not candidates:
+        return []
+    texts = [hit.text for hit, _, _ in candidates]
+    keyword = SparseBM25([keyword_tokens(t) for t in texts]).get_scores(keyword_tokens(query))
+    meaning = retriever.similarities(query, texts)
+    fused = fuse_lines(keyword, meaning, [rank for _, _, rank in candidates])
+    order = np.argsort(-fused, kind="stable")[:n]
+    shown = []
+    for i in order:
+        hit, line, rank = candidates[i]
+        hit.id = f"{hit.collection}:{hit.page}:{line.start}"
+        hit.score = float(fused[i])
+        hit.ocr_boxes = _boxes_within(retriever, hit, line)
+        hit.trace = {"keyword": round(float(keyword[i]), 3), "meaning": round(float(meaning[i]), 3), "page_rank": rank, "kind": line.kind}
+        shown.append(hit)
+    return shown
+
+
+def _boxes_within(retriever: Retriever, hit: Hit, line: Line) -> str:
+    """The OCR line boxes of the chunks the line lies in (OCR'd pages highlight by box, not by offset)."""
+    boxes = [box for c in retriever.page_passages(hit.collection, hit.page)
+             if c.ocr_boxes and c.start < line.end and c.end > line.start for box in json.loads(c.ocr_boxes)]
+    return json.dumps(boxes) if boxes else ""
+
+
+def span_text(line: Hit, retriever: Retriever) -> str:
+    """The line as its page prints it (the span ``[start, end)`` of the page text), without the heads added to read it."""
+    return page_text(retriever.page_passages(line.collection, line.page))[line.start : line.end]

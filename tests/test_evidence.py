@@ -1,0 +1,95 @@
+"""The lines that answer: reading a page into lines (no models), and ranking them on real PDFs in a real store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pymupdf
+
+import evidence
+import ingest
+from conftest import write_text_pdf
+from retriever import Retriever
+
+ROWS = [
+    ("Net sales", (51_877, 48_412, 44_101)),
+    ("Cost of sales", (38_901, 36_144, 33_012)),
+    ("Gross profit", (12_976, 12_268, 11_089)),
+    ("Selling, general and administrative expenses", (7_412, 7_002, 6_553)),
+    ("Research and development", (1_207, 1_144, 1_032)),
+    ("Operating income", (4_357, 4_122, 3_504)),
+    ("Interest expense", (318, 287, 301)),
+    ("Income before income taxes", (4_039, 3_835, 3_203)),
+    ("Provision for income taxes", (912, 851, 705)),
+    ("Net income", (3_127, 2_984, 2_498)),
+]
+
+
+def statement_pdf(path: Path) -> Path:
+    """A 10-K-style income statement: each cell placed on its own, so the text layer has one cell per line."""
+    doc = pymupdf.open()
+    page = doc.new_page()
+    page.insert_text((50, 60), "CONSOLIDATED STATEMENTS OF OPERATIONS", fontsize=12)
+    page.insert_text((50, 78), "(in millions)", fontsize=9)
+    for x, year in zip((330, 410, 490), ("2023", "2022", "2021")):
+        page.insert_text((x, 100), year, fontsize=10)
+    for row, (label, figures) in enumerate(ROWS):
+        y = 122 + row * 18
+        page.insert_text((50, y), label, fontsize=10)
+        for x, figure in zip((330, 410, 490), figures):
+            page.insert_text((x, y), f"{figure:,}", fontsize=10)
+    doc.new_page().insert_textbox(pymupdf.Rect(50, 50, 545, 800), "Notes to the financial statements. " * 20, fontsize=11)
+    doc.save(path)
+    return path
+
+
+def test_a_statement_row_is_read_with_its_label_and_column_years():
+    text = "Cash Flows\n2018\n2017\n \nPurchases of PP&E\n \n(1,577) \n \n(1,373) \nOther — net\n$\n9 \n$\n(6) \n"
+    rows = [line for line in evidence.page_lines(text) if line.kind == "row"]
+    assert [r.text for r in rows] == [
+        "Cash Flows · Purchases of PP&E · 2018: (1,577) · 2017: (1,373)",
+        "Cash Flows · Other — net · 2018: 9 · 2017: (6)",
+    ]
+    assert text[rows[0].start : rows[0].end].startswith("Purchases of PP&E") and text[rows[0].start : rows[0].end].endswith("(1,373)")
+
+
+def test_wrapped_prose_is_one_sentence_and_bullets_are_items():
+    text = ("Share Repurchases\nDuring the fourth quarter of fiscal 2022, the Company repurchased\n722,457 shares of its "
+            "common stock at a cost of $328.1 million. The program\ncontinues.\n• Stores opened: 12\n• Stores closed: 3\n")
+    lines = evidence.page_lines(text)
+    assert [(line.kind, line.text) for line in lines] == [
+        ("heading", "Share Repurchases"),
+        ("sentence", "During the fourth quarter of fiscal 2022, the Company repurchased 722,457 shares of its common stock at a cost of $328.1 million."),
+        ("sentence", "The program continues."),
+        ("item", "• Stores opened: 12"),
+        ("item", "• Stores closed: 3"),
+    ]
+
+
+def test_a_markdown_row_is_read_under_its_header_row():
+    text = "Income\n| | 2023 | 2022 |\n| Net income | 296 | 223 |\n"
+    assert [line.text for line in evidence.page_lines(text) if line.kind == "row"][-1] == "Income · Net income · 2023: 296 · 2022: 223"
+
+
+def test_the_row_a_question_names_is_the_top_line_with_its_year_heads(store, embedder, tmp_path):
+    collection = ingest.ingest_pdf(statement_pdf(tmp_path / "10k.pdf"), store, embedder).collection
+    retriever = Retriever(store, embedder)
+    question = "What was the operating income in 2022?"
+    lines = evidence.best_lines(question, retriever.search(question, scope=[collection]), retriever)
+    top = lines[0]
+    assert top.page == 1 and top.collection == collection
+    assert "Operating income" in top.text and "2022: 4,122" in top.text and "2023: 4,357" in top.text
+    assert evidence.span_text(top, retriever).startswith("Operating income")  # the span highlights the row itself
+    assert len(lines) == 3
+
+
+def test_the_sentence_that_answers_is_found_on_a_long_page(store, embedder, tmp_path):
+    filler = ("The company operates stores across the region and reports its results every quarter. "
+              "Management discussed the outlook and the store openings planned for the year. ") * 5
+    answer = "During the fourth quarter of fiscal 2022, the Company repurchased 722,457 shares of its common stock at a cost of $328.1 million."
+    pdf = write_text_pdf(tmp_path / "release.pdf", [filler, filler + answer + " " + filler, "Contact: investor relations."])
+    collection = ingest.ingest_pdf(pdf, store, embedder).collection
+    retriever = Retriever(store, embedder)
+    question = "How many shares did the company buy back in the fourth quarter?"
+    lines = evidence.best_lines(question, retriever.search(question, scope=[collection]), retriever)
+    assert lines[0].text == answer and lines[0].page == 2
