@@ -8,11 +8,13 @@
            table row  a label and the figures printed under it, one cell per line in the text layer
                       ("Purchases of PP&E\\n(1,577)\\n(1,373)"), or a Markdown row; read with its column
                       heads ("2018: (1,577) · 2017: (1,373)") and the table's heading above it
-      -> two rankings of every line, as for pages:
-           keywords   BM25 over the lines of those pages (the question's words, numbers, years)
+      -> how many lines each page shows, in search order: half of those still to show (3 -> 2 + 1)
+      -> two rankings of the lines of those pages, as for pages:
+           keywords   BM25 over those lines (the question's words, numbers, years; a word printed on
+                      most of a document's pages, like its company's name, left out)
            meaning    cosine of the question and the line's text, both embedded
-      -> Reciprocal Rank Fusion of the two, plus the page's own search rank as a third ranking
-      -> the best lines, each a Hit whose [start, end) is the line's span on its page (for highlighting)
+      -> Reciprocal Rank Fusion of the two; each page shows its best lines
+      -> each line a Hit whose [start, end) is the line's span on its page (for highlighting)
          and whose text is the line as read (row label, column heads, heading)
 
 Retrieval finds the right page most of the time; the small model then often fails to read the line
@@ -94,12 +96,8 @@ def _sentences(text: str, start: int, end: int) -> list[tuple[int, int]]:
         if e - s <= LONGEST_LINE:
             out.append((s, e))
         else:
-            out += [span for span in _physical_lines_in(text, s, e)]
+            out += [(s + a, s + b) for a, b in _physical_lines(text[s:e])]
     return out
-
-
-def _physical_lines_in(text: str, start: int, end: int) -> list[tuple[int, int]]:
-    return [(start + s, start + e) for s, e in _physical_lines(text[start:end])]
 
 
 def _joined(text: str) -> str:
@@ -211,20 +209,46 @@ def _markdown_row_text(text: str, physical: list[tuple[int, int]], i: int, headi
 # Ranking the lines
 
 
-def fuse_lines(keyword: np.ndarray, meaning: np.ndarray, page_rank: list[int]) -> np.ndarray:
-    """One score per line: Reciprocal Rank Fusion of the keyword ranking, the meaning ranking and the
-    rank of the line's page in the search (a line on the best page starts ahead of one on the fifth).
-    Lines sharing no word with the question still rank by meaning: a paraphrase is evidence too.
+def page_quotas(n: int, pages: int) -> list[int]:
+    """How many of the ``n`` lines each page shows, best page first: half of those still to show, rounded up.
 
-    fuse_lines(np.array([2.0, 0.0]), np.array([0.1, 0.9]), [1, 1]) -> both lines tied (each leads one ranking)
+    page_quotas(3, 5) -> [2, 1];  page_quotas(10, 5) -> [5, 3, 1, 1]
+
+    The page search is surer than any one line's score (measured: ranking all lines of five pages
+    together found the evidence less often than taking the best page's best lines first), so lines
+    are chosen within the pages in their search order, the best page giving most.
     """
-    n = len(page_rank)
-    ids = [str(i) for i in range(n)]
+    quotas = []
+    while n > 0 and len(quotas) < pages:
+        quotas.append(-(-n // 2))
+        n -= quotas[-1]
+    return quotas
+
+
+def fuse_lines(keyword: np.ndarray, meaning: np.ndarray) -> np.ndarray:
+    """One score per line: Reciprocal Rank Fusion of its keyword rank and its meaning rank. A line sharing
+    no word with the question still ranks by meaning: a paraphrase is evidence too.
+
+    fuse_lines(np.array([2.0, 0.0]), np.array([0.1, 0.9])) -> both lines tied (each leads one ranking)
+    """
+    ids = [str(i) for i in range(len(keyword))]
     by_keyword = [ids[i] for i in np.argsort(-keyword, kind="stable") if keyword[i] > 0]
     by_meaning = [ids[i] for i in np.argsort(-meaning, kind="stable")]
-    by_page = [ids[i] for i in sorted(range(n), key=lambda i: page_rank[i])]
-    fused = rrf([by_keyword, by_meaning, by_page])
+    fused = rrf([by_keyword, by_meaning])
     return np.array([fused.get(i, 0.0) for i in ids])
+
+
+def keyword_scores(query: str, collections: list[str], texts: list[str], retriever: Retriever) -> np.ndarray:
+    """BM25 of each line (``texts``, of documents ``collections``) for the query's words, leaving out, for
+    each document, the words printed on most of its pages (its own name, say), which tell no line apart."""
+    words = keyword_tokens(query)
+    index = SparseBM25([keyword_tokens(t) for t in texts])
+    scores = np.zeros(len(texts))
+    for collection in set(collections):
+        common = retriever.words_on_most_pages(collection, words, config.EVIDENCE_COMMON_SHARE)
+        rows = np.array([c == collection for c in collections])
+        scores[rows] = index.get_scores([w for w in words if w not in common])[rows]
+    return scores
 
 
 def best_lines(
@@ -239,28 +263,35 @@ def best_lines(
     n = n or config.EVIDENCE_LINES
     pages = pages or config.EVIDENCE_PAGES
     query = parse_question(question).query
-    candidates: list[tuple[Hit, Line, int]] = []
+    quotas = page_quotas(n, pages)
+    candidates: list[tuple[Hit, Line, int]] = []  # the lines of the pages that show some, with their page's rank
+    shown_pages: list[tuple[int, int]] = []  # (page rank, lines it shows)
     for rank, hit in enumerate(hits[:pages], 1):
+        if len(shown_pages) == len(quotas):
+            break
         chunks = retriever.page_passages(hit.collection, hit.page) or [hit]
         text = page_text(chunks)
-        for line in page_lines(text):
-            if line.kind != "heading" and len(line.text) >= config.EVIDENCE_MIN_CHARS:  # a heading names, it states nothing
-                candidates.append((replace(hit, start=line.start, end=line.end, text=line.text, trace={}), line, rank))
+        lines = [line for line in page_lines(text)  # a heading names, it states nothing
+                 if line.kind != "heading" and len(line.text) >= config.EVIDENCE_MIN_CHARS]
+        if lines:  # a page with nothing to show passes its share on to the next
+            shown_pages.append((rank, quotas[len(shown_pages)]))
+            candidates += [(replace(hit, start=line.start, end=line.end, text=line.text, trace={}), line, rank) for line in lines]
     if not candidates:
         return []
     texts = [hit.text for hit, _, _ in candidates]
-    keyword = SparseBM25([keyword_tokens(t) for t in texts]).get_scores(keyword_tokens(query))
+    keyword = keyword_scores(query, [hit.collection for hit, _, _ in candidates], texts, retriever)
     meaning = retriever.similarities(query, texts)
-    fused = fuse_lines(keyword, meaning, [rank for _, _, rank in candidates])
-    order = np.argsort(-fused, kind="stable")[:n]
+    fused = fuse_lines(keyword, meaning)
+    ranked = np.argsort(-fused, kind="stable")
     shown = []
-    for i in order:
-        hit, line, rank = candidates[i]
-        hit.id = f"{hit.collection}:{hit.page}:{line.start}"
-        hit.score = float(fused[i])
-        hit.ocr_boxes = _boxes_within(retriever, hit, line)
-        hit.trace = {"keyword": round(float(keyword[i]), 3), "meaning": round(float(meaning[i]), 3), "page_rank": rank, "kind": line.kind}
-        shown.append(hit)
+    for page_rank, quota in shown_pages:
+        for i in [i for i in ranked if candidates[i][2] == page_rank][:quota]:
+            hit, line, _ = candidates[i]
+            hit.id = f"{hit.collection}:{hit.page}:{line.start}"
+            hit.score = float(fused[i])
+            hit.ocr_boxes = _boxes_within(retriever, hit, line)
+            hit.trace = {"keyword": round(float(keyword[i]), 3), "meaning": round(float(meaning[i]), 3), "page_rank": page_rank, "kind": line.kind}
+            shown.append(hit)
     return shown
 
 

@@ -94,11 +94,13 @@ def sentences(text: str) -> list[str]:
 
 
 def is_instruction(sentence: str) -> bool:
-    """A sentence about the answer's form rather than its content; a sentence ending in "?" never is.
+    """A sentence about the answer's form, or about where to find it (a sentence beside the question that
+    names a financial statement), rather than its content; a sentence ending in "?" never is.
 
     is_instruction("Please state answer in USD millions.") -> True; is_instruction("What was the answer rate?") -> False
+    is_instruction("Base your judgments on the balance sheet.") -> True
     """
-    return not sentence.rstrip().endswith("?") and bool(_INSTRUCTION.search(sentence))
+    return not sentence.rstrip().endswith("?") and bool(_INSTRUCTION.search(sentence) or statements_named(sentence))
 
 
 def statements_named(text: str) -> list[str]:
@@ -160,7 +162,8 @@ def parse_question(text: str) -> ParsedQuestion:
         text=text,
         query=" ".join(asked),
         instructions=instructions,
-        statements=list(dict.fromkeys(statements_named(" ".join(instructions)) + measured)),
+        # a statement named anywhere, in the question or beside it, is where the answer is printed
+        statements=list(dict.fromkeys(statements_named(" ".join(instructions + asked)) + measured)),
         measured=measured,
         years=years_named(text),
     )

@@ -48,7 +48,8 @@ from scipy.sparse import csr_matrix
 import config
 import ingest
 import models
-from question import STATEMENT_NAMES, parse_question, year_wordings, years_named
+from question import parse_question, year_wordings, years_named
+from statements import statement_page
 from routing import (
     DocumentProfile,
     distinctive_words,
@@ -180,21 +181,6 @@ class SparseBM25:
 
 PageKey = tuple[str, int]  # (collection name, 1-based page number)
 _YEAR_STYLES = ("plain", "fy", "fiscal")
-# A heading is a whole short line that does not end a sentence ("... included in the\nConsolidated Balance Sheets." is prose),
-# perhaps with its period ("Profit and loss account for the year ended March 31, 2003").
-_PERIOD = r"(?:\s+(?:for\s+the\s+(?:\w+\s+)?(?:years?|periods?|quarters?)\s+ended|as\s+(?:at|of|on))\b)?"
-_STATEMENT_HEADING = {name: re.compile(rf"^\W*(?:consolidated\s+|combined\s+)?(?:{pattern})\b{_PERIOD}.{{0,40}}(?<!\.)$", re.IGNORECASE | re.MULTILINE)
-                      for name, pattern in STATEMENT_NAMES.items()}
-
-
-def statements_headed(page_text: str) -> list[str]:
-    """The financial statements a page is headed by: a short line that names one.
-
-    statements_headed("CONSOLIDATED STATEMENTS OF CASH FLOWS\n(in millions)\n...") -> ["cash flow statement"]
-    """
-    return [name for name, heading in _STATEMENT_HEADING.items() if heading.search(page_text)]
-
-
 def fuse(rankings: dict[str, list[tuple[PageKey, float]]], method: str) -> dict[PageKey, float]:
     """One fused score per page from each leg's (page, score) ranking, best first within a leg.
 
@@ -317,7 +303,7 @@ class Retriever:
             "profile": document_profile(col.metadata.get("doc_name", name), first_pages, text),
             "page_names": {page: set(names_with_initials(text) + row_labels_with_initials(text)) for page, text in page_texts.items()},
             "page_written": {page: acronyms_written(text) for page, text in page_texts.items()},
-            "statement_pages": {page: statements_headed(text) for page, text in page_texts.items() if statements_headed(text)},
+            "statement_pages": {page: statement_page(text) for page, text in page_texts.items() if statement_page(text)},
             "collection": col,
             "ids": got["ids"],
             "texts": got["documents"],
@@ -359,6 +345,7 @@ class Retriever:
                 vectors.append(part["vectors"].reshape(len(part["ids"]), -1))
                 page_tokens += [((name, page), tokens) for page, tokens in part["page_tokens"].items()]
             self._ids = ids
+            self._row_of = {chunk_id: row for row, chunk_id in enumerate(ids)}
             self._vectors = np.concatenate(vectors) if vectors else np.zeros((0, 1), dtype=np.float32)
             self._pages = [key for key, _ in page_tokens]
             self._row_owner = np.array(row_owner, dtype=np.int32)
@@ -417,6 +404,13 @@ class Retriever:
                 similarity[rows] = self._vectors[rows] @ query
         return similarity
 
+    def chunk_similarities(self, question: str, chunks: list[Hit]) -> np.ndarray:
+        """Cosine of ``question`` with each stored chunk (``page_passages`` hits), from the vectors in memory."""
+        with self._lock:
+            rows = [self._row_of[chunk.id] for chunk in chunks]
+            vectors = self._vectors[rows]
+        return vectors @ np.asarray(self._embed_query(question), dtype=np.float32)
+
     def similarities(self, question: str, texts: list[str]) -> np.ndarray:
         """Cosine of ``question`` with each of ``texts`` (evidence lines, evidence.py).
 
@@ -433,6 +427,20 @@ class Retriever:
             return np.zeros(0, dtype=np.float32)
         query = np.asarray(self._embed_query(question), dtype=np.float32)
         return np.stack([self._line_vectors[t] for t in texts]) @ query
+
+    def words_on_most_pages(self, collection: str, words: list[str], share: float) -> set[str]:
+        """Those of ``words`` (keyword tokens) printed on more than ``share`` of the document's pages:
+        a company's own name in its 10-K tells no page, and no line, apart from another."""
+        with self._lock:
+            self._refresh_if_stale()
+            if collection not in self._owner_code:
+                return set()
+            columns = np.flatnonzero(self._page_owner == self._owner_code[collection])
+            known = sorted({word for word in words if word in self._bm25.vocab})
+            if not known or not len(columns):
+                return set()
+            held = (self._bm25.matrix[[self._bm25.vocab[w] for w in known]][:, columns] > 0).sum(axis=1)
+            return {word for word, pages in zip(known, np.asarray(held).ravel()) if pages > share * len(columns)}
 
     def keyword(self, question: str, scope: list[str] | None = None, n: int | None = None) -> list[tuple[PageKey, float]]:
         """(page, BM25 score) best first, only pages that share a term with the question."""
@@ -595,7 +603,7 @@ class Retriever:
             if mode == "hybrid":
                 seats = [legs["bm25"][:1]] * keyword_seat + [legs["semantic"][:1]] * (fusion == "seats")
                 seated = [leg_best[0][0] for leg_best in seats if leg_best]
-                seated += self.statement_seats(parsed.measured if parsed and statement_hints else [], hinted, fused, by_fusion)
+                seated += self.statement_seats(parsed.statements if parsed and statement_hints else [], hinted, fused, by_fusion)
                 top = with_seats(by_fusion, seated)
                 for key in set(top) - set(by_fusion):
                     trace[key]["seat"] = True

@@ -22,8 +22,7 @@ import re
 from dataclasses import dataclass
 
 import calc
-from question import years_named
-from retriever import statements_headed
+from question import STATEMENT_NAMES, years_named
 
 # Line items by the labels filings print for them, preferred first (US 10-K wording; "merchandise" is a
 # retailer's): a retailer's "Total revenue" includes membership fees that its "Net sales" leave out.
@@ -64,6 +63,37 @@ _MEASURES = [(re.compile(pattern, re.IGNORECASE), expression) for pattern, expre
 _ITEM_NAME = re.compile(r"[a-z_]+(?:@prior)?")
 _VALUE_LINE = re.compile(r"^\$?\s*(\(?-?[\d,]+(?:\.\d+)?\)?|—|-)\s*\$?\s*%?$")
 _YEAR = re.compile(r"^(?:fiscal |fy\s?)?((?:19|20)\d\d)$", re.IGNORECASE)
+
+
+# A heading is a whole short line that does not end a sentence ("... included in the\nConsolidated Balance Sheets." is prose),
+# perhaps with its period ("Profit and loss account for the year ended March 31, 2003").
+_PERIOD = r"(?:\s+(?:for\s+the\s+(?:\w+\s+)?(?:years?|periods?|quarters?)\s+ended|as\s+(?:at|of|on))\b)?"
+_STATEMENT_HEADING = {name: re.compile(rf"^\W*(?:consolidated\s+|combined\s+)?(?:{pattern})\b{_PERIOD}.{{0,40}}(?<!\.)$", re.IGNORECASE | re.MULTILINE)
+                      for name, pattern in STATEMENT_NAMES.items()}
+
+
+def statements_headed(page_text: str) -> list[str]:
+    """The financial statements a page is headed by: a short line that names one.
+
+    statements_headed("CONSOLIDATED STATEMENTS OF CASH FLOWS\n(in millions)\n...") -> ["cash flow statement"]
+    """
+    return [name for name, heading in _STATEMENT_HEADING.items() if heading.search(page_text)]
+
+
+MIN_STATEMENT_ROWS = 5  # line items with a figure for two periods or more
+
+
+def statement_page(page_text: str) -> list[str]:
+    """The statements a page prints: headed by a statement's name, with at least MIN_STATEMENT_ROWS line items
+    that have two figures or more (a contents page names the statements and prints none of them).
+
+    statement_page("CONSOLIDATED BALANCE SHEETS\n...five rows of figures...") -> ["balance sheet"]
+    statement_page("Contents\nConsolidated Balance Sheets\n44\nConsolidated Statement of Cash Flows\n60") -> []
+    """
+    headed = statements_headed(page_text)
+    if not headed or sum(len(figures) >= 2 for _, figures in line_items(page_text)) < MIN_STATEMENT_ROWS:
+        return []
+    return headed
 
 
 @dataclass

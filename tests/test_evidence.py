@@ -93,3 +93,9 @@ def test_the_sentence_that_answers_is_found_on_a_long_page(store, embedder, tmp_
     question = "How many shares did the company buy back in the fourth quarter?"
     lines = evidence.best_lines(question, retriever.search(question, scope=[collection]), retriever)
     assert lines[0].text == answer and lines[0].page == 2
+
+
+def test_each_page_shows_half_the_lines_still_to_show():
+    assert evidence.page_quotas(3, 5) == [2, 1]
+    assert evidence.page_quotas(10, 5) == [5, 3, 1, 1]
+    assert evidence.page_quotas(10, 2) == [5, 3]  # no more pages than were found

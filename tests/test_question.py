@@ -136,3 +136,11 @@ def test_a_financial_measure_names_the_statements_it_is_computed_from():
     assert parsed.measured == ["cash flow statement"] and parsed.statements == ["cash flow statement"]
     # other comprehensive income is a statement of its own, not the income statement ratios use
     assert statements_named("Consolidated Statements of Comprehensive Income") == ["statement of comprehensive income"]
+
+
+def test_a_sentence_beside_the_question_that_names_a_statement_says_where_to_look():
+    parsed = parse_question("What is the year end FY2019 total amount of inventories? Answer in USD millions. "
+                            "Base your judgments on the information provided primarily in the balance sheet.")
+    assert parsed.query == "What is the year end FY2019 total amount of inventories?"
+    assert parsed.statements == ["balance sheet"]
+    assert parse_question("What was the largest liability in the Balance Sheet in 2022?").statements == ["balance sheet"]

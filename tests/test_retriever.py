@@ -16,7 +16,8 @@ from rank_bm25 import BM25Okapi
 import ingest
 from eval_retrieval import abbreviate_names, perturb, reword_years, split_questions
 from question import parse_question
-from retriever import Retriever, SparseBM25, keyword_tokens, page_references, rrf, statements_headed, tokenize
+from retriever import Retriever, SparseBM25, keyword_tokens, page_references, rrf, tokenize
+from statements import statements_headed
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -279,6 +280,12 @@ def test_eval_script_runs_end_to_end_and_writes_every_metric(tmp_path):
 # Issue 18: instructions around the question, libraries of similar filings, fiscal-year wording
 
 
+def statement(heading: str, rows: list[tuple[str, str, str]]) -> str:
+    """A statement page as a PDF's text layer gives it: the heading, the year columns, then one cell per line."""
+    cells = [f"{label}\n{this_year}\n{last_year}" for label, this_year, last_year in rows]
+    return f"{heading}\n(in millions)\n2021\n2020\n" + "\n".join(cells)
+
+
 def write_filing(path: Path, company: str) -> Path:
     """A small annual report: cover, a business page, and the three statements (same boilerplate in every filing)."""
     return write_text_pdf(path, [
@@ -286,10 +293,16 @@ def write_filing(path: Path, company: str) -> Path:
          "(Exact name of registrant as specified in its charter)"),
         (f"Item 1. Business. {company} designs, builds and sells outdoor equipment through its own stores. "
          "Equity research analysts who follow the company state that gross margin is a useful metric for it."),
-        ("CONSOLIDATED STATEMENTS OF CASH FLOWS\n(in millions)\nNet cash provided by operating activities 1,204\n"
-         "Purchases of property and equipment (capital expenditures) (310)"),
-        "CONSOLIDATED BALANCE SHEETS\n(in millions)\nTotal assets 9,870\nTotal liabilities 5,120",
-        "CONSOLIDATED STATEMENTS OF INCOME\n(in millions)\nRevenues 12,400\nNet income 1,050",
+        statement("CONSOLIDATED STATEMENTS OF CASH FLOWS", [
+            ("Net cash provided by operating activities", "1,204", "1,102"), ("Depreciation", "220", "210"),
+            ("Purchases of property and equipment (capital expenditures)", "(310)", "(280)"),
+            ("Dividends paid", "(120)", "(110)"), ("Net change in cash", "402", "350")]),
+        statement("CONSOLIDATED BALANCE SHEETS", [
+            ("Cash", "1,400", "1,000"), ("Inventories", "2,210", "2,050"), ("Total assets", "9,870", "9,200"),
+            ("Total liabilities", "5,120", "4,900"), ("Shareholders' equity", "4,750", "4,300")]),
+        statement("CONSOLIDATED STATEMENTS OF INCOME", [
+            ("Revenues", "12,400", "11,800"), ("Cost of sales", "7,100", "6,900"), ("Operating income", "1,480", "1,350"),
+            ("Income taxes", "330", "300"), ("Net income", "1,050", "980")]),
     ])
 
 

@@ -52,3 +52,12 @@ def test_a_measure_with_a_line_the_pages_lack_is_left_to_the_model():
     assert statements.work_out("Who chairs the audit committee?", pages) is None
     assert statements.measure_asked("What is total debt to EBITDA ratio in FY2021?") is None
     assert statements.measure_asked("What is EBITDA to interest expense?") is None
+
+
+def test_a_page_prints_a_statement_only_with_its_rows_of_figures_not_by_naming_it():
+    contents = "Index to Financial Statements\nConsolidated Balance Sheets\n44\nConsolidated Statement of Cash Flows\n60"
+    rows = "\n".join(f"{label}\n{a}\n{b}" for label, a, b in [
+        ("Cash", "1,980", "1,101"), ("Receivables, net", "1,015", "1,049"), ("Merchandise inventories", "5,409", "5,209"),
+        ("Other current assets", "466", "438"), ("Total current assets", "8,870", "9,829")])
+    assert statements.statement_page(contents) == []
+    assert statements.statement_page("Consolidated Balance Sheets\n$ in millions\nFebruary 2, 2019\nFebruary 3, 2018\n" + rows) == ["balance sheet"]
