@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 
 import config
 from extract import sentence_spans
-from retriever import Hit, Retriever, tokenize
+from retriever import Hit, Retriever, page_text, tokenize
 
 GAP = " … "  # between two windows of one page: the model must not read them as one sentence
 _TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
@@ -41,17 +41,6 @@ class Page:
     chunks: list[Hit]
     units: list[tuple[int, int]]  # sentence/line spans of ``text``
     scores: list[float]  # one per unit
-
-
-def page_text(chunks: list[Hit]) -> str:
-    """The page's text rebuilt from its chunks, each placed at its offset (gaps become spaces).
-
-    page_text([Hit(start=0, end=5, text="A a. "...), Hit(start=5, end=9, text="B b.")]) -> "A a. B b."
-    """
-    chars = [" "] * max((c.end for c in chunks), default=0)
-    for c in chunks:
-        chars[c.start : c.end] = c.text
-    return "".join(chars)
 
 
 def term_weights(question: str, unit_texts: list[str]) -> dict[str, float]:
@@ -162,33 +151,3 @@ def passage(page: Page, chosen: set[int]) -> Hit:
     boxes = [box for c in page.chunks if c.ocr_boxes and c.start < end and c.end > start for box in json.loads(c.ocr_boxes)]
     return replace(page.hit, text=text, start=start, end=end, ocr_boxes=json.dumps(boxes) if boxes else "")
 
-
-def evidence_first(lines: list[Hit], retriever: Retriever, budget: int | None = None) -> list[Hit]:
-    """What the model reads when it reads the evidence first: one passage per page, pages in the order
-    of their best evidence line, each holding that page's evidence lines as read (a table row with its
-    column heads, which the raw text layer prints one cell per line) and then the text around its best line.
-
-    A passage's [start, end) spans its lines on the page, so a citation of it highlights them.
-    """
-    budget = budget or config.CONTEXT_CHARS
-    by_page: dict[tuple[str, int], list[Hit]] = {}
-    for line in lines:
-        by_page.setdefault((line.collection, line.page), []).append(line)
-    passages, used = [], 0
-    for (collection, page_no), on_page in by_page.items():
-        chunks = retriever.page_passages(collection, page_no) or on_page[:1]
-        page = Page(on_page[0], page_text(chunks), chunks, [], [])
-        page.units = sentence_spans(page.text)
-        best = on_page[0]
-        seed = next((i for i, (s, e) in enumerate(page.units) if e > best.start), 0)
-        around = window(page, seed, config.CONTEXT_WINDOW_CHARS) if page.units else []
-        read = "\n".join(line.text for line in sorted(on_page, key=lambda line: line.start))
-        text = read + (GAP + page.text[page.units[around[0]][0] : page.units[around[-1]][1]] if around else "")
-        if used + len(text) > budget:
-            text = read
-            if used + len(text) > budget:
-                continue
-        used += len(text)
-        start, end = min(line.start for line in on_page), max(line.end for line in on_page)
-        passages.append(replace(on_page[0], id=f"{collection}:{page_no}:evidence", text=text, start=start, end=end, score=best.score))
-    return passages

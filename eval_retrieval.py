@@ -71,8 +71,7 @@ import config
 import evidence
 import ingest
 import models
-from context import page_text
-from retriever import Hit, Retriever, tokenize
+from retriever import Hit, Retriever, page_text, tokenize
 from routing import LEGAL_SUFFIX, NAME_RUN
 
 log = logging.getLogger(__name__)

@@ -32,9 +32,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 import config
-from context import page_text
 from question import parse_question
-from retriever import Hit, Retriever, SparseBM25, keyword_tokens, rrf
+from retriever import Hit, Retriever, SparseBM25, keyword_tokens, page_text, rrf
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +154,8 @@ def page_lines(text: str) -> list[Line]:
             continue
         if cell.startswith("|") and cell.endswith("|"):  # a Markdown table row (EXTRACTOR=layout)
             flush_paragraph()
-            lines.append(Line(s, e, "row", _markdown_row_text(text, physical, i, heading)))
+            first_row = i == 0 or not text[physical[i - 1][0]].startswith("|")  # the column heads: they name, they state nothing
+            lines.append(Line(s, e, "heading" if first_row else "row", _markdown_row_text(text, physical, i, heading)))
             i += 1
             continue
         if kinds[i] in ("figure", "filler"):  # figures with no label above them: part of nothing
@@ -171,7 +171,7 @@ def page_lines(text: str) -> list[Line]:
             paragraph.clear()
             lines.append(Line(s, e, "heading", _joined(cell)))
             heading = _joined(cell)
-        elif ends_sentence and len(cell) <= _HEADING_MAX_CHARS:
+        elif ends_sentence and len(cell) <= _HEADING_MAX_CHARS:  # a paragraph's short last line: the next starts anew
             flush_paragraph()
         i += 1
     flush_paragraph()
@@ -258,7 +258,7 @@ def best_lines(
 
     Each is a Hit on its page: ``text`` is the line as read (a row with its heads), ``[start, end)``
     its span in the page text (so a preview highlights exactly it), ``score`` its fused score, and
-    ``trace`` says why (keyword and meaning scores, the page's rank).
+    ``trace`` says why: the page's search trace, the line's keyword and meaning scores, the page's rank.
     """
     n = n or config.EVIDENCE_LINES
     pages = pages or config.EVIDENCE_PAGES
@@ -275,7 +275,7 @@ def best_lines(
                  if line.kind != "heading" and len(line.text) >= config.EVIDENCE_MIN_CHARS]
         if lines:  # a page with nothing to show passes its share on to the next
             shown_pages.append((rank, quotas[len(shown_pages)]))
-            candidates += [(replace(hit, start=line.start, end=line.end, text=line.text, trace={}), line, rank) for line in lines]
+            candidates += [(replace(hit, start=line.start, end=line.end, text=line.text), line, rank) for line in lines]
     if not candidates:
         return []
     texts = [hit.text for hit, _, _ in candidates]
@@ -283,15 +283,20 @@ def best_lines(
     meaning = retriever.similarities(query, texts)
     fused = fuse_lines(keyword, meaning)
     ranked = np.argsort(-fused, kind="stable")
+    chosen = [i for page_rank, quota in shown_pages for i in [i for i in ranked if candidates[i][2] == page_rank][:quota]]
+    # fewer pages than shares (a one-page document): the pages read show more rather than fewer lines in all
+    chosen += [i for i in ranked if i not in chosen][: n - len(chosen)]
+    chosen.sort(key=lambda i: (candidates[i][2], -fused[i]))  # best page first, each page's best line first
     shown = []
-    for page_rank, quota in shown_pages:
-        for i in [i for i in ranked if candidates[i][2] == page_rank][:quota]:
-            hit, line, _ = candidates[i]
-            hit.id = f"{hit.collection}:{hit.page}:{line.start}"
-            hit.score = float(fused[i])
-            hit.ocr_boxes = _boxes_within(retriever, hit, line)
-            hit.trace = {"keyword": round(float(keyword[i]), 3), "meaning": round(float(meaning[i]), 3), "page_rank": page_rank, "kind": line.kind}
-            shown.append(hit)
+    for i in chosen:
+        hit, line, page_rank = candidates[i]
+        hit.id = f"{hit.collection}:{hit.page}:{line.start}"
+        hit.score = float(fused[i])
+        hit.ocr_boxes = _boxes_within(retriever, hit, line)
+        # the page's search trace stays (its similarity decides the second look); the line's own signals join it
+        hit.trace = {**hit.trace, "line_keyword": round(float(keyword[i]), 3), "line_meaning": round(float(meaning[i]), 3),
+                     "page_rank": page_rank, "kind": line.kind}
+        shown.append(hit)
     return shown
 
 

@@ -50,7 +50,7 @@ import prompts
 import statements
 from checker import CheckedSentence, Citation, strip_markers, verify_answer
 from question import parse_question
-from retriever import Hit, Retriever, tokenize
+from retriever import Hit, Retriever, page_text, tokenize
 from safe_text import fence_text, terminal_text
 
 log = logging.getLogger(__name__)
@@ -367,7 +367,7 @@ def measure_from_statements(question: str, hits: list[Hit], retriever: Retriever
         return None
     document = [h for h in hits if h.collection == hits[0].collection]
     pages = list({h.page: h for h in document}.values())
-    whole = [context.page_text(retriever.page_passages(h.collection, h.page)) for h in pages]
+    whole = [page_text(retriever.page_passages(h.collection, h.page)) for h in pages]
     if not (worked := statements.work_out(question, whole)):
         return None
     text, cited = worked

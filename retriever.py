@@ -251,6 +251,17 @@ class Hit:
     trace: dict = field(default_factory=dict)  # semantic_rank/score, bm25_rank/score, page_ref_rank, statement_rank, fused, routed, seat
 
 
+def page_text(chunks: list[Hit]) -> str:
+    """The page's text rebuilt from its chunks, each placed at its offset (gaps become spaces).
+
+    page_text([Hit(start=0, end=5, text="A a. "...), Hit(start=5, end=9, text="B b.")]) -> "A a. B b."
+    """
+    chars = [" "] * max((c.end for c in chunks), default=0)
+    for c in chunks:
+        chars[c.start : c.end] = c.text
+    return "".join(chars)
+
+
 def _top_indices(scores: np.ndarray, n: int) -> list[int]:
     """Indices of the ``n`` largest scores, largest first (argpartition: no full sort)."""
     if len(scores) > n:

@@ -56,7 +56,7 @@ def test_a_table_row_comes_with_its_header_row(store, embedder, tmp_path):
 
 
 def test_page_text_places_chunks_at_their_offsets():
-    from retriever import Hit
+    from retriever import Hit, page_text
 
     chunks = [Hit("a", "c", "d", 1, 0, 5, "A a. "), Hit("b", "c", "d", 1, 5, 9, "B b.")]
-    assert context.page_text(chunks) == "A a. B b."
+    assert page_text(chunks) == "A a. B b."
