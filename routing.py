@@ -208,6 +208,7 @@ def names_in_question(question: str, stopwords: frozenset[str] = frozenset()) ->
 
     names_in_question("Who are the directors of GODFREY PHILLIPS INDIA LIMITED?", {"who"}) -> {"godfrey"}
     names_in_question("What did Costco's CFO say about PRC? Please answer.", {"what"}) -> {"costco", "prc"}
+    names_in_question("What were Best Buy's sales?", {"what"}) -> {"best", "bestbuy"}
     """
     names = set()
     for run in _capitalised_runs(question):
@@ -216,7 +217,25 @@ def names_in_question(question: str, stopwords: frozenset[str] = frozenset()) ->
             run = rest
         if run:
             names.add(_POSSESSIVE.sub("", run[0][0]).lower())
+        if joined := _joined_name(run):
+            names.add(joined)
     return names
+
+
+def _joined_name(run: list[tuple[str, bool]]) -> str:
+    """A name of several words as it is often written in one ("Best Buy" in BESTBUY_2019_10K.pdf): the run's
+    words up to the first possessive, before any figure; "" for a one-word name.
+
+    _joined_name([("Best", True), ("Buy's", False), ("FY2019", False)]) -> "bestbuy"
+    """
+    parts = []
+    for word, _ in run:
+        if any(ch.isdigit() for ch in word):
+            break
+        parts.append(_POSSESSIVE.sub("", word))
+        if parts[-1] != word:  # "Buy's": the name ends here
+            break
+    return "".join(parts).lower() if len(parts) > 1 else ""
 
 
 def _capitalised_runs(text: str) -> list[list[tuple[str, bool]]]:
@@ -264,8 +283,10 @@ def route(question_words: set[str], question_years: list[str], profiles: dict[st
     """{collection: score} for the documents the question names, best first; empty when it names none.
 
     A document is named by a distinctive word of its profile; a year on its first
-    pages only adds to a document already named (years alone name nothing). Only
-    documents within half of the best score are kept.
+    pages only adds to a document already named (years alone name nothing). When the
+    question names a year and some named documents carry it on their first pages, only
+    those are kept: "Best Buy's FY2019 inventories" is about the FY2019 filing, not
+    about every Best Buy filing. Only documents within half of the best score are kept.
     """
     if len(profiles) < 2:
         return {}
@@ -275,5 +296,7 @@ def route(question_words: set[str], question_years: list[str], profiles: dict[st
         score = sum(weights.get(word, 0.0) for word in named)
         if score > 0:
             scores[collection] = score + 0.5 * len(set(question_years) & set(profile.years))
+    of_the_year = {c: s for c, s in scores.items() if set(question_years) & set(profiles[c].years)}
+    scores = of_the_year or scores
     best = max(scores.values(), default=0.0)
     return dict(sorted(((c, s) for c, s in scores.items() if s >= best / 2), key=lambda item: -item[1]))

@@ -21,7 +21,8 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 from playwright.sync_api import expect, sync_playwright  # noqa: E402
 
-from test_browser import CHROMIUM, CHROMIUM_FLAGS, free_port, wait_until_healthy  # noqa: E402
+from conftest import free_port, wait_until_healthy  # noqa: E402
+from test_browser import CHROMIUM, CHROMIUM_FLAGS  # noqa: E402
 
 MISC = REPO.parent / "shared" / "bench" / "misc"
 SCAN = MISC / "scan_multipage.pdf"  # six scanned pages: OCR keeps the progress bar up long enough to see
