@@ -322,11 +322,6 @@ class Answer:
             "evidence": evidence_json(self.evidence),
         }
 
-    @property
-    def needs_evidence_shown(self) -> bool:
-        """The lines stand as the answer when the model refused or the checker backs none of its sentences."""
-        return bool(self.evidence) and (self.refused or self.confidence == 0)
-
 
 def evidence_json(lines: list[Hit]) -> list[dict]:
     """The evidence lines as the API returns them."""

@@ -103,7 +103,7 @@ def test_a_refused_answer_still_shows_the_lines_that_answer_and_keeps_them(store
     app.chat_input[0].set_value(QUESTION).run()
     assert not app.exception and ollama_server.chats  # the model was asked, and refused
     kept = app.session_state["messages"][1]
-    assert kept["answer"].refused and kept["answer"].needs_evidence_shown
+    assert kept["answer"].refused and kept["answer"].evidence
 
     answer = app.chat_message[1]
     headings = [m.value for m in answer.markdown]
