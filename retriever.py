@@ -13,7 +13,8 @@ One question flows like this:
              -> pages headed by a statement the instructions name, or that a
                 financial measure asked for is computed from ("current ratio")      (hint leg)
              -> fusion (FUSION: RRF, with a seat for each leg's best page by default,
-                and for each such measure's statement)
+                and for each statement the question names or its measure is computed
+                from; such a statement's page then leads: the answer is printed there)
              -> routing: documents the question names get a boost (none is dropped)
              -> top-k pages, each shown as its best passage, with a trace
 
@@ -614,10 +615,12 @@ class Retriever:
             if mode == "hybrid":
                 seats = [legs["bm25"][:1]] * keyword_seat + [legs["semantic"][:1]] * (fusion == "seats")
                 seated = [leg_best[0][0] for leg_best in seats if leg_best]
-                seated += self.statement_seats(parsed.statements if parsed and statement_hints else [], hinted, fused, by_fusion)
-                top = with_seats(by_fusion, seated)
+                named_statements = self.statement_seats(parsed.statements if parsed and statement_hints else [], hinted, fused, by_fusion)
+                top = with_seats(by_fusion, seated + named_statements)
                 for key in set(top) - set(by_fusion):
                     trace[key]["seat"] = True
+                # the statement the question names is where its answer is printed: its page leads
+                top = [key for key in named_statements if key in top] + [key for key in top if key not in named_statements]
             best_chunk = {key: chunk_id for key, _, chunk_id in semantic}
             return [
                 self._hit(best_chunk.get(key) or self._best_keyword_chunk(key, query), fused[key], trace[key])

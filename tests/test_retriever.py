@@ -332,6 +332,14 @@ def test_a_statement_named_in_the_instructions_points_to_its_page(store, embedde
     assert hits[0].page == 4 and hits[0].trace["statement_rank"] == 1
 
 
+def test_the_statement_a_question_names_leads_the_results(store, embedder, filings):
+    retriever = Retriever(store, embedder)
+    question = "What were the capital expenditures? Base your judgments on the balance sheet."
+    assert retriever.search(question, k=5, scope=[filings["alder"]], statement_hints=False)[0].page != 4  # by its words
+    hits = retriever.search(question, k=5, scope=[filings["alder"]])
+    assert hits[0].page == 4 and "statement_rank" in hits[0].trace  # the balance sheet it names leads
+
+
 def test_a_financial_measure_finds_the_statements_it_is_computed_from(store, embedder, filings):
     retriever = Retriever(store, embedder)
     scope = [filings["alder"]]
