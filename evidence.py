@@ -34,11 +34,10 @@ import numpy as np
 import config
 from question import parse_question
 from retriever import Hit, Retriever, SparseBM25, keyword_tokens, page_text, rrf
+from statements import FIGURE_CELL
 
 log = logging.getLogger(__name__)
 
-# A cell of figures in the text layer: "(1,577)", "$ 5,363", "12.5 %", "—"
-_FIGURE_CELL = re.compile(r"^\$?\s*\(?[-+]?\$?\s*\d[\d,]*(?:\.\d+)?\s*\)?\s*%?\s*\$?$|^[—–-]$")
 # A column head that is a period: "2018", "FY2023", "Fiscal 2022", "December 31, 2018", "Q4 2022"
 _YEAR_CELL = re.compile(r"^(?:(?:fiscal|fy|q[1-4])\s?|[A-Za-z]{3,9}\.?\s+(?:\d{1,2},?\s+)?)?(?:19|20)\d\d$", re.IGNORECASE)
 _FILLER_CELL = re.compile(r"^[\s$]*$")
@@ -73,7 +72,7 @@ def _cell_kind(cell: str) -> str:
     """year | figure | filler | text"""
     if _YEAR_CELL.match(cell):
         return "year"
-    if _FIGURE_CELL.match(cell):
+    if FIGURE_CELL.match(cell):
         return "figure"
     if _FILLER_CELL.match(cell):
         return "filler"

@@ -357,7 +357,6 @@ class Retriever:
                 vectors.append(part["vectors"].reshape(len(part["ids"]), -1))
                 page_tokens += [((name, page), tokens) for page, tokens in part["page_tokens"].items()]
             self._ids = ids
-            self._row_of = {chunk_id: row for row, chunk_id in enumerate(ids)}
             self._vectors = np.concatenate(vectors) if vectors else np.zeros((0, 1), dtype=np.float32)
             self._pages = [key for key, _ in page_tokens]
             self._row_owner = np.array(row_owner, dtype=np.int32)
@@ -416,13 +415,6 @@ class Retriever:
                 similarity[rows] = self._vectors[rows] @ query
         return similarity
 
-    def chunk_similarities(self, question: str, chunks: list[Hit]) -> np.ndarray:
-        """Cosine of ``question`` with each stored chunk (``page_passages`` hits), from the vectors in memory."""
-        with self._lock:
-            rows = [self._row_of[chunk.id] for chunk in chunks]
-            vectors = self._vectors[rows]
-        return vectors @ np.asarray(self._embed_query(question), dtype=np.float32)
-
     def similarities(self, question: str, texts: list[str]) -> np.ndarray:
         """Cosine of ``question`` with each of ``texts`` (evidence lines, evidence.py).
 
@@ -451,7 +443,8 @@ class Retriever:
             known = sorted({word for word in words if word in self._bm25.vocab})
             if not known or not len(columns):
                 return set()
-            held = (self._bm25.matrix[[self._bm25.vocab[w] for w in known]][:, columns] > 0).sum(axis=1)
+            # a stored entry is a page holding the word (its BM25 weight may be zero or negative: count entries, not weights)
+            held = self._bm25.matrix[[self._bm25.vocab[w] for w in known]][:, columns].getnnz(axis=1)
             return {word for word, pages in zip(known, np.asarray(held).ravel()) if pages > share * len(columns)}
 
     def keyword(self, question: str, scope: list[str] | None = None, n: int | None = None) -> list[tuple[PageKey, float]]:

@@ -5,7 +5,8 @@ profit for cost of sales, long-term debt for total debt). A balance sheet or inc
 list of line items, each a label and one figure per year, so for the textbook measures the app can
 read the lines itself:
 
-    page text  -> line_items()      "Total current assets" -> [26291, 20556], one figure per year column
+    page text  -> statement_page()  which statements the page prints: headed by one, with rows of figures
+               -> line_items()      "Total current assets" -> [26291, 20556], one figure per year column
                -> year_columns()    the years the page's columns are headed with ("2021", "2020")
     question   -> measure_asked()   which measure ("current ratio") and its expression over line items
                -> work_out()        each item found on a retrieved page, this year's column (or the
@@ -61,7 +62,8 @@ MEASURES = {
 }
 _MEASURES = [(re.compile(pattern, re.IGNORECASE), expression) for pattern, expression in MEASURES.items()]
 _ITEM_NAME = re.compile(r"[a-z_]+(?:@prior)?")
-_VALUE_LINE = re.compile(r"^\$?\s*(\(?-?[\d,]+(?:\.\d+)?\)?|—|-)\s*\$?\s*%?$")
+# One cell of figures as the text layer prints it: "(1,577)", "$ 5,363", "12.5 %", "—" (evidence.py reads rows with it too)
+FIGURE_CELL = re.compile(r"^\$?\s*(\(?-?[\d,]+(?:\.\d+)?\)?|—|-)\s*\$?\s*%?$")
 _YEAR = re.compile(r"^(?:fiscal |fy\s?)?((?:19|20)\d\d)$", re.IGNORECASE)
 
 
@@ -123,7 +125,7 @@ def line_items(text: str) -> list[tuple[str, list[str]]]:
     for line in (line.strip() for line in text.splitlines()):
         if not line or line == "$":
             continue
-        if (value := _VALUE_LINE.match(line)) and items:
+        if (value := FIGURE_CELL.match(line)) and items:
             items[-1][1].append(value.group(1))
         elif not value:
             items.append((line.rstrip(":"), []))
@@ -139,7 +141,7 @@ def year_columns(text: str) -> list[str]:
     for line in (line.strip() for line in text.splitlines()):
         if match := _YEAR.match(line):
             years.append(match.group(1))
-        elif _VALUE_LINE.match(line) and line != "$":
+        elif FIGURE_CELL.match(line) and line != "$":
             break
     return years if len(years) >= 2 else []
 

@@ -99,3 +99,14 @@ def test_each_page_shows_half_the_lines_still_to_show():
     assert evidence.page_quotas(3, 5) == [2, 1]
     assert evidence.page_quotas(10, 5) == [5, 3, 1, 1]
     assert evidence.page_quotas(10, 2) == [5, 3]  # no more pages than were found
+
+
+def test_a_word_on_most_of_a_documents_pages_is_no_keyword_for_its_lines(store, embedder, tmp_path):
+    pages = [f"Acme Corporation annual report, part {n}. Acme sells tools in many countries." for n in range(4)]
+    pages[2] += " Research spending was 4.2 million."
+    collection = ingest.ingest_pdf(write_text_pdf(tmp_path / "acme.pdf", pages), store, embedder).collection
+    retriever = Retriever(store, embedder)
+    lines = ["Acme Corporation annual report, part 2.", "Research spending was 4.2 million.",
+             "The stores opened in spring.", "Sales rose in every region.", "The board met four times."]
+    scores = evidence.keyword_scores("How much did Acme spend on research?", [collection] * len(lines), lines, retriever)
+    assert scores[0] == 0 and scores[1] > 0  # "Acme" is on every page: only "research" tells the lines apart
