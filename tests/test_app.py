@@ -30,10 +30,10 @@ def small_model(monkeypatch):
     monkeypatch.setattr(config, "EMBEDDED_LLM", "qwen2.5-coder-0.5b")
     monkeypatch.setattr(config, "ENRICH_ENABLED", False)
     st.cache_resource.clear()
-    models.get_chat_model.cache_clear()
+    models.forget_chat_models()
     yield
     st.cache_resource.clear()
-    models.get_chat_model.cache_clear()
+    models.forget_chat_models()
 
 
 def upload(app: AppTest, path: Path) -> AppTest:
@@ -94,11 +94,11 @@ def test_a_refused_answer_still_shows_the_lines_that_answer_and_keeps_them(store
     ingest.ingest_pdf(three_page_pdf, store, embedder)
     monkeypatch.setattr(config, "LLM_BACKEND", "ollama")
     monkeypatch.setattr(config, "EMBED_BACKEND", "embedded")
-    monkeypatch.setattr(ollama_server, "models", [config.LLM_MODEL])
+    monkeypatch.setattr(ollama_server, "models", [config.OLLAMA_DEFAULT_LLM])
     monkeypatch.setattr(ollama_server, "reply", prompts.REFUSAL)
     monkeypatch.setattr(ollama_server, "chats", [])
     st.cache_resource.clear()
-    models.get_chat_model.cache_clear()
+    models.forget_chat_models()
     app = AppTest.from_file(APP, default_timeout=300).run()
     app.chat_input[0].set_value(QUESTION).run()
     assert not app.exception and ollama_server.chats  # the model was asked, and refused
@@ -144,7 +144,7 @@ def test_the_model_failing_mid_chat_is_an_error_message_and_the_chat_survives(st
     monkeypatch.setattr(config, "LLM_BACKEND", "ollama")
     ollama_server.models = []  # Ollama is up but has not pulled the model
     st.cache_resource.clear()
-    models.get_chat_model.cache_clear()
+    models.forget_chat_models()
     app.chat_input[0].set_value(QUESTION).run()
     assert not app.exception
     assert "llama3.2:3b" in shown(app.sidebar.error[0].value)  # the sidebar says which model is missing

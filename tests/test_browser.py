@@ -178,7 +178,7 @@ def test_markup_in_a_document_is_shown_as_text_and_fetches_nothing(app_url, list
 def test_an_answer_holding_an_image_is_shown_as_text_and_fetches_nothing(serve_app, listener, ollama_server, monkeypatch, tmp_path):
     port, requests = listener
     image = f"![x](http://127.0.0.1:{port}/answer?q=1889)"
-    monkeypatch.setattr(ollama_server, "models", [config.LLM_MODEL])
+    monkeypatch.setattr(ollama_server, "models", [config.OLLAMA_DEFAULT_LLM])
     monkeypatch.setattr(ollama_server, "reply", f"The railway reached the town in 1889 [1]. {image}")
     app_url = serve_app(LLM_BACKEND="ollama", OLLAMA_BASE_URL=config.OLLAMA_BASE_URL)
     pdf = write_text_pdf(tmp_path / "harbour.pdf", ["The railway reached the town in 1889. Trains took nine hours."])
@@ -203,7 +203,7 @@ def test_the_evidence_lines_are_on_screen_before_the_first_word_of_the_answer(se
         reply_now(handler)
 
     monkeypatch.setattr(ollama_server, "do_POST", reply_when_released)
-    monkeypatch.setattr(ollama_server, "models", [config.LLM_MODEL])
+    monkeypatch.setattr(ollama_server, "models", [config.OLLAMA_DEFAULT_LLM])
     monkeypatch.setattr(ollama_server, "reply", "Trains first came to the town in 1889 [1].")
     app_url = serve_app(LLM_BACKEND="ollama", OLLAMA_BASE_URL=config.OLLAMA_BASE_URL)
     pdf = write_text_pdf(

@@ -629,9 +629,9 @@ def test_cli_prints_json_with_citations(tmp_path, three_page_pdf):
 @pytest.fixture
 def ollama_chat(ollama_server, monkeypatch):
     monkeypatch.setattr(config, "LLM_BACKEND", "ollama")
-    models.get_chat_model.cache_clear()
+    models.forget_chat_models()
     yield ollama_server
-    models.get_chat_model.cache_clear()
+    models.forget_chat_models()
 
 
 def test_ollama_answers_stream_and_get_verified(facts, ollama_chat, monkeypatch):
