@@ -829,9 +829,10 @@ def explain_failure(err: Exception, model: BaseChatModel | None = None) -> str:
         return server_missing_model_message(name, [e["id"] for e in server_models() or []])
     if isinstance(err, openai.APIStatusError):
         return f"The model server at {config.OPENAI_BASE_URL} answered with an error ({err.status_code}): {text}"
-    if model is not None and isinstance(model, ServerChatModel):
+    if isinstance(model, ServerChatModel):
         if isinstance(err, (openai.APIConnectionError, httpx.TransportError, ConnectionError)):
-            return server_down_message()
+            return (f"The connection to the model server at {config.OPENAI_BASE_URL} failed or dropped mid-answer. "
+                    "Check that it is running and ask again, or choose another model.")
         return f"The model server at {config.OPENAI_BASE_URL} failed: {text}"
     if "not found" in text and "model" in text:
         return missing_model_message(getattr(model, "model", None) or config.LLM_MODEL or config.OLLAMA_DEFAULT_LLM)
@@ -855,7 +856,7 @@ def count_tokens(model: BaseChatModel, text: str) -> int:
     if isinstance(model, EmbeddedChatModel):
         url, headers = model.tokenize_url, {"Authorization": f"Bearer {model.api_key}"}
     elif isinstance(model, ServerChatModel):
-        url, headers = model.tokenize_url, _server_headers()
+        url, headers = model.tokenize_url, {"Authorization": f"Bearer {model.openai_api_key.get_secret_value()}"}
     if url:
         response = httpx.post(url, json={"content": text, "add_special": False}, headers=headers, timeout=30)
         response.raise_for_status()

@@ -236,7 +236,7 @@ def runs_away(text: str) -> bool:
     tail = text[-600:]
     if len(tail) >= 200 and not re.search(r"[^\W\d_]", tail[-200:]):
         return True
-    return any(tail.endswith(tail[-period:] * max(4, -(-120 // period))) for period in range(8, 151))
+    return len(tail) >= 120 and any(tail.endswith(tail[-period:] * max(4, -(-120 // period))) for period in range(8, 151))
 
 
 def retry_on_refusal(sources: list[Hit]) -> bool:
@@ -447,6 +447,8 @@ def ask(
         try:
             text = ""
             for chunk in llm.stream(build_messages(asked, shown, history)):
+                if not chunk.content:  # servers open and close a stream with empty chunks
+                    continue
                 if answer.first_token_seconds is None:
                     answer.first_token_seconds = time.perf_counter() - t0
                     log.info("First token after %.2fs", answer.first_token_seconds)

@@ -803,6 +803,7 @@ def test_a_reply_that_repeats_itself_is_stopped(facts, ollama_chat, monkeypatch)
     assert answer.citations[0].page == 3 and answer.citations[0].verified
     assert qa.runs_away("[76] [77] [78] [79] " * 12)  # 200 characters without a letter
     assert not qa.runs_away("| Net sales | 0 | 0 | 0 | 0 |") and not qa.runs_away("Revenue grew. " * 3)
+    assert not qa.runs_away("")  # a stream that has not said anything yet has not looped
 
 
 def test_replay_re_asks_the_stored_passages_and_compares_with_the_stored_answers(embedder, llm, tmp_path, monkeypatch, capsys):
