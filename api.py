@@ -7,18 +7,24 @@
     GET /api/documents[/{id}], DELETE /api/documents/{id}     ingest.list_documents / delete_document
     POST /api/search                         retriever.Retriever.search: ranked pages with their trace,
                                              or ("unit": "line") evidence.best_lines: the lines that answer
+    GET /api/models                          models.chat_choices: the chat models that can answer now
     POST /api/ask                            one answer worker, first come first served: qa.ask
+                                             (by the model the request names, else the settings' default)
                                              -> JSON with the evidence lines, or server-sent events:
                                                 the evidence lines, tokens, then one "answer"
     GET /api/documents/{id}/pages/{n}.png    preview.render_page, a passage optionally highlighted
     POST /v1/chat/completions, GET /v1/models    the library as an OpenAI-compatible model (sources
-                                                 and evidence lines at the end of the reply)
-    GET /api/health                          store, chat model, embedder, Ollama
+                                                 and evidence lines at the end of the reply); its
+                                                 models: API_MODEL_ID (the default) and each choice id
+    GET /api/health                          store, default chat model, embedder, Ollama
 
 Every error is JSON ``{"error": {"message": ..., "status": ...}}`` (OpenAI's shape, so
 its client libraries show the message) with the same plain sentence the app shows and
-a fitting status (400 bad input, 404 unknown, 409 conflicting state, 413 too large, 415
-not a PDF, 503 a store or model that does not answer); never a traceback. With
+a fitting status (400 bad input or a model no one can answer with, 404 unknown, 409
+conflicting state, 413 too large, 415 not a PDF, 503 a store or model that does not
+answer); never a traceback. A model failing mid-answer (server gone, key refused,
+connection cut, slower than LLM_TIMEOUT) is the same: a sentence, and the next
+question is answered. With
 API_TOKEN set every request needs it as a bearer token; without it only requests whose
 Host header is local are served (so a web page cannot reach this server by DNS tricks).
 A document's id is its collection name, the same one the app and the CLIs use.
@@ -254,17 +260,20 @@ class Question:
     history: list[tuple[str, str]]
     scope: list[str] | None
     k: int | None
+    model: str | None = None  # a choice id checked by check_model; None: the settings' default
 
 
 class AnswerJob:
     """One question waiting for, or getting, its answer. The worker thread emits
     ("queued" | "evidence" | "token" | "answer" | "error", data) events into the asking request's
-    event loop; "evidence" (a list of lines) comes before the first "token"."""
+    event loop; "evidence" (a list of lines) comes before the first "token". ``model_id`` is the
+    choice id of the model answering, set by the worker before it emits "evidence"."""
 
     def __init__(self, question: Question, loop: asyncio.AbstractEventLoop):
         self.question, self._loop = question, loop
         self.events: asyncio.Queue[tuple[str, dict | list]] = asyncio.Queue()
         self.cancelled = threading.Event()  # the client hung up: stop generating for it
+        self.model_id: str | None = None
 
     def emit(self, kind: str, data: dict | list) -> None:
         try:
@@ -295,12 +304,15 @@ class AnswerJob:
 
 
 class AnswerWorker:
-    """Answers queued questions one at a time in a background thread; loads the chat model first."""
+    """Answers queued questions one at a time in a background thread, each by the model it names, else
+    by the settings' default (loaded first). /api/health's report of the default is kept here."""
 
     def __init__(self, library: Library):
         self.library = library
-        self.model_label: str | None = None
-        self.model_error: str | None = None
+        self.default_id: str | None = None  # the settings' choice, once loaded
+        self.model_label: str | None = None  # its label
+        self.model_error: str | None = None  # why it cannot answer, when it cannot
+        self.answering: str | None = None  # the choice id of the model writing an answer now
         self._queue: queue.Queue[AnswerJob] = queue.Queue()
         self._busy = False
         threading.Thread(target=self._work, name="answer-worker", daemon=True).start()
@@ -309,15 +321,21 @@ class AnswerWorker:
         job.emit("queued", {"ahead": self._queue.qsize() + int(self._busy)})
         self._queue.put(job)
 
-    def chat_model(self):
-        """The chat model (loaded once; a failure is remembered for /api/health and tried again next time)."""
+    def chat_model(self, choice: str | None = None):
+        """(choice id, chat model) for ``choice``, None meaning the settings' default; each model is loaded
+        once per process. The default's state is remembered for /api/health (its label, or why it cannot
+        answer) and a failed load is tried again next time; another model's failure is its request's only."""
+        default = choice is None or choice == self.default_id
         try:
-            llm = models.get_chat_model()
+            choice = choice or models.default_choice()
+            llm = models.get_chat_model(choice)
         except models.ModelUnavailableError as err:
-            self.model_error = str(err)
+            if default:
+                self.model_error = str(err)
             raise
-        self.model_label, self.model_error = models.chat_model_label(llm), None
-        return llm
+        if default:
+            self.default_id, self.model_label, self.model_error = choice, models.chat_model_label(llm), None
+        return choice, llm
 
     def _work(self) -> None:
         try:
@@ -332,12 +350,14 @@ class AnswerWorker:
             try:
                 self._answer(job)
             finally:
-                self._busy = False
+                self._busy, self.answering = False, None
 
     def _answer(self, job: AnswerJob) -> None:
         q = job.question
         try:
-            stream = qa.ask(q.text, self.library.retriever, llm=self.chat_model(), history=q.history, scope=q.scope, k=q.k)
+            job.model_id, llm = self.chat_model(q.model)
+            self.answering = job.model_id
+            stream = qa.ask(q.text, self.library.retriever, llm=llm, history=q.history, scope=q.scope, k=q.k)
             job.emit("evidence", qa.evidence_json(stream.evidence))  # found before any model call: show it while the model works
             with closing(iter(stream)) as pieces:  # closing releases the model at once when the client hung up
                 for piece in pieces:
@@ -346,9 +366,10 @@ class AnswerWorker:
                         return
                     if piece:
                         job.emit("token", {"text": piece})
-            job.emit("answer", answer_json(stream.result))
-        except Exception as err:  # any failure becomes the request's error event
+            job.emit("answer", answer_json(stream.result, job.model_id))
+        except Exception as err:  # any failure becomes the request's error event; the worker goes on
             status, message = status_and_message(err)
+            log.warning("Answering %r with %s failed: %s", q.text, job.model_id or "the default model", message)
             job.emit("error", {"status": status, "message": message})
 
 
@@ -471,9 +492,12 @@ def citation_json(answer: qa.Answer, citation: Citation) -> dict:
     }
 
 
-def answer_json(answer: qa.Answer) -> dict:
-    """``qa.Answer.to_json`` with each citation's document id and passage, and the passages shown."""
+def answer_json(answer: qa.Answer, model_id: str | None = None) -> dict:
+    """``qa.Answer.to_json`` with each citation's document id and passage, and the passages shown.
+    ``model`` is the label of the model that wrote the text, ``model_id`` its choice id (both None
+    when no model did: a greeting, a refusal decided by the search, a figure worked out in code)."""
     body = answer.to_json()
+    body["model_id"] = model_id if answer.model else None
     body["citations"] = [citation_json(answer, c) for c in answer.citations]
     body["sources"] = [hit_json(h) for h in answer.sources]
     return body
@@ -695,31 +719,81 @@ class ChatTurn(BaseModel):
     content: str
 
 
+CHOICE_KINDS = ("embedded", "ollama", "openai")
+
+
+def is_choice_id(name: str) -> bool:
+    """is_choice_id("openai:qwen2.5-7b") -> True; is_choice_id("pdf-library") -> False; is_choice_id("llama3.2:3b") -> False"""
+    kind, colon, _ = name.partition(":")
+    return bool(colon) and kind in CHOICE_KINDS
+
+
+def check_model(choice: str) -> str:
+    """``choice`` when it is a model that can answer now, or a model on an Ollama or model server that does
+    not answer (loading it then says why, a 503); else a 400 naming the models that can answer.
+    Listing them probes Ollama and the model server: it runs off the event loop."""
+    available = models.chat_choices()
+    if choice in {c.id for c in available}:
+        return choice
+    kind, _, name = choice.partition(":")
+    if name and kind == "ollama" and models.ollama_models() is None:
+        return choice
+    if name and kind == "openai" and config.OPENAI_BASE_URL and models.server_models() is None:
+        return choice
+    ids = ", ".join(c.id for c in available) or "none"
+    raise ApiError(400, f"There is no model '{choice}' to answer with. The models that can answer now: {ids}.")
+
+
 class AskRequest(BaseModel):
     question: str
     documents: list[str] | None = Field(None, description="document ids to ask (default: the whole library)")
     history: list[ChatTurn] = Field(default_factory=list, description="earlier turns, oldest first")
     k: int | None = Field(None, ge=1, le=config.API_MAX_K, description=f"pages shown to the model (default {config.TOP_K})")
     stream: bool = Field(False, description="server-sent events: queued, evidence, token..., then answer (or error)")
+    model: str | None = Field(None, description="the model to answer with: an id from /api/models (default: the settings' model)")
 
 
-async def queue_question(lib: Library, question: str, history: list[tuple[str, str]], documents: list[str] | None, k: int | None) -> AnswerJob:
-    """Check the question and its scope, then put it in the answer queue."""
+async def queue_question(
+    lib: Library, question: str, history: list[tuple[str, str]], documents: list[str] | None, k: int | None, model: str | None = None
+) -> AnswerJob:
+    """Check the question, the model it names and its scope, then put it in the answer queue."""
     if not question.strip():
         raise ApiError(400, "The question is empty.")
+    if model:
+        model = await asyncio.to_thread(check_model, model)  # probes model servers: keep the event loop free
     scope = await asyncio.to_thread(lib.scope, documents)  # reads the store: keep the event loop free
     if not await asyncio.to_thread(ingest.list_documents, lib.client):
         raise ApiError(409, "Your library is empty: add a PDF first.")
-    job = AnswerJob(Question(question, history, scope, k), asyncio.get_running_loop())
+    job = AnswerJob(Question(question, history, scope, k, model or None), asyncio.get_running_loop())
     lib.answers.submit(job)
     return job
 
 
+@app.get("/api/models", tags=["answers"])
+def chat_models(lib: Lib) -> dict:
+    """The chat models that can answer now (``"model"`` in /api/ask takes an ``id``), the settings'
+    ``default`` (the one a question naming none gets; null, with ``default_error`` saying why, when it
+    cannot be used) and the model ``answering`` a question at this moment (null when none is)."""
+    body = {"models": [{"id": c.id, "label": c.label} for c in models.chat_choices()]}
+    default, error = lib.answers.default_id, None
+    if default is None:
+        try:
+            default = models.default_choice()
+        except models.ModelUnavailableError as err:
+            error = str(err)
+    body.update(default=default, answering=lib.answers.answering)
+    if error:
+        body["default_error"] = error
+    return body
+
+
 @app.post("/api/ask", tags=["answers"])
 async def ask(lib: Lib, body: AskRequest) -> Response:
-    """Answer from the library with checked page citations, as JSON or as server-sent events."""
+    """Answer from the library with checked page citations, as JSON or as server-sent events;
+    by the model ``"model"`` names (an id from /api/models), else the settings' model. The answer's
+    ``model`` is the label of the model that wrote it, ``model_id`` its id."""
     history = [(turn.role, turn.content) for turn in body.history]
-    job = await queue_question(lib, body.question, history, body.documents, body.k)
+    job = await queue_question(lib, body.question, history, body.documents, body.k, body.model)
     if not body.stream:
         return JSONResponse(await job.result())
 
@@ -744,7 +818,9 @@ class OpenAIMessage(BaseModel):
 
 
 class ChatCompletionRequest(BaseModel):
-    model: str | None = None
+    model: str | None = Field(
+        None, description=f"an id from /v1/models: {config.API_MODEL_ID} (or any name that is no choice id) for the default model"
+    )
     messages: list[OpenAIMessage]
     stream: bool = False
 
@@ -765,12 +841,12 @@ def sources_footer(answer: dict) -> str:
     return footer
 
 
-def completion_chunk(completion_id: str, delta: dict, finish_reason: str | None = None) -> dict:
+def completion_chunk(completion_id: str, model: str, delta: dict, finish_reason: str | None = None) -> dict:
     return {
         "id": completion_id,
         "object": "chat.completion.chunk",
         "created": int(time.time()),
-        "model": config.API_MODEL_ID,
+        "model": model,
         "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
     }
 
@@ -779,11 +855,16 @@ def completion_chunk(completion_id: str, delta: dict, finish_reason: str | None 
 async def chat_completions(lib: Lib, body: ChatCompletionRequest) -> Response:
     """OpenAI's chat completions, answered from the library: the last user message is the
     question, earlier user/assistant messages the history; the reply ends with its sources and
-    evidence lines (also as ``citations`` and ``evidence`` beside the message when not streamed)."""
+    evidence lines (also as ``citations`` and ``evidence`` beside the message when not streamed).
+
+    ``model`` picks the model that answers when it is a choice id from /v1/models ("openai:qwen2.5-7b");
+    any other name (``API_MODEL_ID``, or whatever a client sends by habit) means the settings' model,
+    as before. The reply's ``model`` is the choice id of the model that answered."""
     turns = [(m.role, m.text()) for m in body.messages if m.role in ("user", "assistant")]
     if not turns or turns[-1][0] != "user":
         raise ApiError(400, "The last message must be the user's question.")
-    job = await queue_question(lib, turns[-1][1], turns[:-1], None, None)
+    chosen = body.model if body.model and is_choice_id(body.model) else None
+    job = await queue_question(lib, turns[-1][1], turns[:-1], None, None, chosen)
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     if not body.stream:
         answer = await job.result()
@@ -792,21 +873,28 @@ async def chat_completions(lib: Lib, body: ChatCompletionRequest) -> Response:
             "id": completion_id,
             "object": "chat.completion",
             "created": int(time.time()),
-            "model": config.API_MODEL_ID,
+            "model": job.model_id or config.API_MODEL_ID,
             "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
             "citations": answer["citations"],
             "evidence": answer["evidence"],
         })
 
     async def events() -> AsyncIterator[bytes]:
-        yield format_sse_event(data_str=json.dumps(completion_chunk(completion_id, {"role": "assistant", "content": ""})))
+        opened = False  # the first chunk, the assistant's role, waits for the worker to know the model
         async for kind, data in job.stream():
-            if kind == "token":
-                chunk = completion_chunk(completion_id, {"content": data["text"]})
-            elif kind == "answer":
-                chunk = completion_chunk(completion_id, {"content": sources_footer(data)}, "stop")
-            elif kind == "error":
+            if kind == "error":
                 chunk = {"error": {"message": data["message"], "status": data["status"]}}
+            elif kind in ("evidence", "token", "answer"):
+                model = job.model_id or config.API_MODEL_ID
+                if not opened:
+                    opened = True
+                    yield format_sse_event(data_str=json.dumps(completion_chunk(completion_id, model, {"role": "assistant", "content": ""})))
+                if kind == "evidence":
+                    continue
+                if kind == "token":
+                    chunk = completion_chunk(completion_id, model, {"content": data["text"]})
+                else:
+                    chunk = completion_chunk(completion_id, model, {"content": sources_footer(data)}, "stop")
             else:
                 continue
             yield format_sse_event(data_str=json.dumps(chunk, ensure_ascii=False))
@@ -817,7 +905,11 @@ async def chat_completions(lib: Lib, body: ChatCompletionRequest) -> Response:
 
 @app.get("/v1/models", tags=["openai"])
 def list_models() -> dict:
-    return {"object": "list", "data": [{"id": config.API_MODEL_ID, "object": "model", "created": 0, "owned_by": "local"}]}
+    """``API_MODEL_ID``, the library answered by the settings' model, then each model that can answer
+    now by its choice id (as /api/models lists them, the label beside it)."""
+    library = {"id": config.API_MODEL_ID, "object": "model", "created": 0, "owned_by": "local"}
+    choices = [{"id": c.id, "object": "model", "created": 0, "owned_by": "local", "label": c.label} for c in models.chat_choices()]
+    return {"object": "list", "data": [library, *choices]}
 
 
 # -- health ---------------------------------------------------------------------------
@@ -825,14 +917,14 @@ def list_models() -> dict:
 
 @app.get("/api/health", tags=["health"])
 def health(lib: Lib) -> JSONResponse:
-    """Whether the store answers, which chat model and embedder are in use, and whether Ollama answers.
-    503 when the store does not answer."""
+    """Whether the store answers, the default chat model (the settings' choice: a question may name
+    another, see /api/models) and the embedder, and whether Ollama answers. 503 when the store does not answer."""
     store = {"location": f"{config.CHROMA_HOST}:{config.CHROMA_PORT}" if config.CHROMA_HOST else config.CHROMA_PERSIST_DIR}
     try:
         store.update(ok=True, documents=len(ingest.list_documents(lib.client)))
     except ingest.StoreUnavailableError as err:
         store.update(ok=False, message=str(err))
-    chat = {"name": lib.answers.model_label, "ok": lib.answers.model_label is not None}
+    chat = {"id": lib.answers.default_id, "name": lib.answers.model_label, "ok": lib.answers.model_label is not None}
     if lib.answers.model_error:
         chat.update(ok=False, message=lib.answers.model_error)
     elif lib.answers.model_label is None:

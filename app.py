@@ -5,7 +5,8 @@ interaction):
 
     sidebar: uploads -> ingest.ingest_pdf() inside st.status with a progress bar
              -> searchable at once; page labelling queued on the BackgroundEnricher
-             library (live progress) with remove; scope; settings; model status
+             library (live progress) with remove, and re-embed for a document made with another embedder;
+             scope; settings; model picker (models.chat_choices, probed at most every 30 s) and status
     main:    replay the chat -> st.chat_input -> qa.ask()
              -> its evidence lines (evidence.py), shown as soon as ask() returns, before any model call:
                 "What your documents say", each line with a chip opening its page, the line highlighted
@@ -13,13 +14,17 @@ interaction):
              (a status line says what is happening until the first words arrive)
              -> citation chips (st.pills) numbered like the answer's [n] markers; a chosen chip shows the passage and the
                 page rendered by preview.render_page() with the passage highlighted
-             -> unsupported sentences, confidence, rewritten query, optional trace
+             -> unsupported sentences, confidence, rewritten query, the model that wrote it, optional trace
              The lines lead every answer and are kept with its message: when the model refuses, or no page
              backs what it wrote, they are still there, so the person has what the documents say.
 
-Heavy objects (embedder, chat model, Chroma client, retriever, enricher) live
-behind ``st.cache_resource`` and are shared by every browser tab; what one person
-has done (the chat, which uploads were handled) lives in ``st.session_state``.
+Heavy objects (embedder, Chroma client, retriever, enricher) live behind
+``st.cache_resource`` and are shared by every browser tab; chat models are loaded
+once per process by ``models.get_chat_model``. What one person has done (the chat,
+which uploads were handled, the model they picked) lives in ``st.session_state``;
+the picked model is also saved beside the store (``models.save_choice``), so a
+reload or a restart starts with it. Page labels are written by the settings'
+model, whatever a person picks.
 Everything that is not layout lives in the other modules.
 """
 
@@ -66,9 +71,12 @@ def retriever() -> Retriever:
     return Retriever(store(), embedder())
 
 
-@st.cache_resource
-def chat_model():
-    return models.get_chat_model()
+@st.cache_data(ttl=30, show_spinner=False)
+def chat_choices(ollama_url: str, server_url: str) -> list[models.ChatChoice]:
+    """The models that can answer now. Listing them probes Ollama and the model server over HTTP,
+    so it is done at most every 30 s, not on every rerun; the addresses are arguments so that a
+    change of setting is probed anew."""
+    return models.chat_choices()
 
 
 @st.cache_resource
@@ -78,6 +86,11 @@ def enricher() -> ingest.BackgroundEnricher:
 
 # -----------------------------------------------------------------------------
 # Sidebar: uploads, library, scope, settings, model status
+
+
+def progress_to(bar):
+    """An ingest progress callback that moves ``bar``; its messages can hold a file name, so they stay text."""
+    return lambda cur, tot, msg: bar.progress(min(cur / max(tot, 1), 1.0), text=md(msg))
 
 
 def ingest_upload(upload) -> None:
@@ -93,7 +106,7 @@ def ingest_upload(upload) -> None:
                     path,
                     store(),
                     embedder(),
-                    progress=lambda cur, tot, msg: bar.progress(min(cur / max(tot, 1), 1.0), text=md(msg)),
+                    progress=progress_to(bar),
                     doc_name=upload.name,
                 )
             except ingest.IngestError as err:
@@ -146,6 +159,8 @@ def document_card(doc: dict, labelling: ingest.EnrichmentProgress | None) -> Non
     name_col, remove_col = st.columns([5, 1])
     facts = f"{doc['pages']} pages · {doc['chunks']} passages · {doc['ocr_pages']} OCR"
     name_col.markdown(f"**{md(doc['doc_name'])}**  \n{facts}")
+    if (made_by := embedded_elsewhere(doc)) is not None:
+        reembed_offer(doc, made_by, name_col)
     failed = doc.get("label_failed_pages", 0)
     if labelling is not None and labelling.state == "queued":
         name_col.caption(f"Page labels: queued, {labelling.ahead} document(s) first")
@@ -165,13 +180,48 @@ def document_card(doc: dict, labelling: ingest.EnrichmentProgress | None) -> Non
         st.rerun()
 
 
+def embedded_elsewhere(doc: dict) -> str | None:
+    """The embedder a document was embedded with, when it is not the one this app embeds with now
+    (its vectors cannot be compared with a question's, so searches leave it out); else None."""
+    if not ingest.made_with_other_embedder(doc, embedder()):
+        return None
+    return doc.get("embedder") or "an unrecorded embedder"
+
+
+def reembed_offer(doc: dict, made_by: str, col) -> None:
+    """Say why a document is left out of searches, with a button that embeds it again from its kept PDF."""
+    now = models.embedder_name(embedder())
+    col.warning(f"Embedded with {md(made_by)}; this app now embeds with {md(now)}, so it is left out of searches.")
+    if col.button("Re-embed", key=f"reembed-{doc['collection']}", help="Embed its pages again with this app's embedder"):
+        with col:
+            reembed(doc)
+        st.rerun()  # the whole page: the card without its warning, and a notice if it failed
+
+
+def reembed(doc: dict) -> None:
+    """Embed one document again with this app's embedder, showing progress like an upload."""
+    name = md(doc["doc_name"])
+    with st.status(f"Re-embedding {name}…", expanded=True) as status:
+        bar = st.progress(0.0, text="Reading the kept PDF")
+        try:
+            ingest.reembed_document(store(), embedder(), doc["collection"], progress=progress_to(bar))
+        except ingest.IngestError as err:  # e.g. the kept PDF is on the machine that added it
+            status.update(label=f"{name}: not re-embedded", state="error", expanded=False)
+            add_notice(f"**{name}** was not re-embedded. {md(err)}")
+            return
+        status.update(label=f"{name}: searchable again", state="complete", expanded=False)
+    retriever().refresh()
+    if config.ENRICH_ENABLED and labels_missing(doc):
+        enricher().submit(doc["collection"])  # a labelling that failed on the old vectors starts again
+
+
 def labelling_progress() -> dict[str, ingest.EnrichmentProgress]:
     """Page-labelling state per collection; queues documents whose labels were left unfinished earlier."""
     if not config.ENRICH_ENABLED:
         return {}
     progress = enricher().progress()
     for doc in ingest.list_documents(store()):
-        if labels_missing(doc) and doc["collection"] not in progress:
+        if labels_missing(doc) and doc["collection"] not in progress and embedded_elsewhere(doc) is None:
             enricher().submit(doc["collection"])
     return enricher().progress()
 
@@ -186,9 +236,61 @@ def library_panel() -> None:
         document_card(doc, progress.get(doc["collection"]))
 
 
-def model_status() -> None:
+def settings_choice() -> str | None:
+    """The model the settings choose; None when they name a server that cannot say which
+    (model_status then shows that sentence)."""
     try:
-        label = models.chat_model_label(chat_model())
+        return models.default_choice()
+    except models.ModelUnavailableError:
+        return None
+
+
+def answering_choice(listed: list[str], default: str | None) -> str | None:
+    """The model that answers now: this session's pick (a fresh session starts from the pick saved beside
+    the store) while it is listed, else the settings' model. A pick that is no longer listed (its server
+    is down) is said in one line and stays saved, so it comes back with its server."""
+    if "model_choice" not in st.session_state:
+        st.session_state.model_choice = models.saved_choice()
+    wanted = st.session_state.model_choice
+    if wanted is None or wanted == default or wanted in listed:
+        return wanted or default
+    instead = md(models.choice_label(default)) if default else "no model"
+    st.sidebar.warning(f"{md(models.choice_label(wanted))} is not available now, so {instead} answers.")
+    return default
+
+
+def keep_pick() -> None:
+    """The person switched models: the next question uses it, and it is saved for later visits."""
+    picked = st.session_state["model-picker"]
+    if picked is not None:
+        st.session_state.model_choice = picked
+        models.save_choice(picked)
+
+
+def model_picker() -> str | None:
+    """The sidebar's "Model that answers": every model that can answer now; returns the one that will."""
+    choices = chat_choices(config.OLLAMA_BASE_URL, config.OPENAI_BASE_URL)
+    labels = {c.id: c.label for c in choices}
+    default = settings_choice()
+    current = answering_choice(list(labels), default)
+    options = list(labels)
+    if current is not None and current not in labels:  # the settings' model with its server down: listed, its load error says why
+        options.insert(0, current)
+    st.session_state["model-picker"] = current  # the widget shows the model that answers, also after a fallback
+    labeller = md(models.choice_label(default)) if default else "the model set at start"
+    st.sidebar.selectbox(
+        "Model that answers", options, key="model-picker", on_change=keep_pick,
+        format_func=lambda choice: labels.get(choice) or models.choice_label(choice),  # options are plain text, not Markdown
+        help=f"Used from your next question on, and kept for your next visit. Page labels are written by "
+             f"the model set at start: {labeller}.",
+    )
+    return current
+
+
+def model_status(choice: str | None) -> None:
+    """Which model answers and which embedder searches; a model that cannot be loaded says why."""
+    try:
+        label = models.chat_model_label(models.get_chat_model(choice))
     except models.ModelUnavailableError as err:
         st.sidebar.error(md(err))
         return
@@ -197,8 +299,9 @@ def model_status() -> None:
         st.sidebar.caption(f"Ollama: not reachable at `{config.OLLAMA_BASE_URL}`")
 
 
-def sidebar() -> tuple[list[str] | None, int, bool]:
-    """Draw the sidebar; return the scope (None: all documents), top-k and whether to show traces."""
+def sidebar() -> tuple[list[str] | None, int, bool, str | None]:
+    """Draw the sidebar; return the scope (None: all documents), top-k, whether to show traces
+    and the chosen model (None: the settings' model, which could not be named)."""
     st.sidebar.header("Your documents")
     uploads_panel()
     notices_panel()
@@ -212,8 +315,9 @@ def sidebar() -> tuple[list[str] | None, int, bool]:
         show_trace = st.toggle("Show retrieval trace", value=False)
     if st.sidebar.button("Clear chat", key="clear-chat"):
         st.session_state.messages = []
-    model_status()
-    return [docs[name] for name in chosen] or None, k, show_trace
+    choice = model_picker()
+    model_status(choice)
+    return [docs[name] for name in chosen] or None, k, show_trace, choice
 
 
 # -----------------------------------------------------------------------------
@@ -261,10 +365,19 @@ def show_passage(hit: Hit) -> None:
         text_col.caption(f"Page title: {md(hit.title)}")
     pdf = ingest.kept_pdf_path(hit.collection)
     if not pdf.exists():
-        page_col.info("This document is no longer in the library, so its page cannot be shown.")
+        page_col.info(missing_page_sentence())
         return
     png = preview.render_page(pdf, hit.page, hit.start, hit.end, hit.ocr_boxes or None)
     page_col.image(png, caption=f"{md(hit.doc_name)}, page {hit.page}", width="stretch")
+
+
+def missing_page_sentence() -> str:
+    """Why a passage's page cannot be shown: the store keeps the PDFs beside itself, so with a shared
+    ChromaDB server only the machine that added a document has its PDF."""
+    if config.CHROMA_HOST:
+        return ("The PDF of this page is kept on the machine that added it; this machine has no copy, so its page "
+                "cannot be shown here (the text above is from the shared store).")
+    return "This document is no longer in the library, so its page cannot be shown."
 
 
 def show_evidence(lines: list[Hit], key: str, answering: bool = False) -> None:
@@ -320,6 +433,10 @@ def show_answer_details(answer: qa.Answer, key: str, show_trace: bool) -> None:
         st.caption("Citations not checked: no sentence was long enough to judge")
     if answer.rewritten_query:
         st.caption(f"Searched for: *{md(answer.rewritten_query)}*")
+    if answer.model:
+        st.caption(f"Written by {md(answer.model)}")
+    elif answer.sources and not answer.refused:
+        st.caption("No model wrote this: it was worked out in code from the cited pages.")
     if answer.refused and answer.sources:
         st.caption("Nearest passages:")
         for h in answer.sources:
@@ -340,7 +457,7 @@ def show_message(index: int, message: dict, show_trace: bool) -> None:
             show_answer_details(message["answer"], str(index), show_trace)
 
 
-def answer_now(question: str, history: list[tuple[str, str]], scope, k: int, key: str) -> dict:
+def answer_now(question: str, history: list[tuple[str, str]], scope, k: int, key: str, choice: str | None) -> dict:
     """Show the evidence lines as soon as the search has found them, then stream the answer under
     them into the open chat message; return the message to keep, the lines with it (``key``: the
     message's index, so a replay finds the chips' state under the same keys).
@@ -353,9 +470,11 @@ def answer_now(question: str, history: list[tuple[str, str]], scope, k: int, key
     evidence_slot = st.empty()  # above the answer: the lines are known before the model says a word
     status = st.empty()  # what is happening while the person waits: searching, reading, writing
     lines: list[Hit] = []
+    llm = None
     try:
         with models.QUESTIONS.asking():  # the background labeller waits until the answer is out
-            stream = qa.ask(question, retriever(), llm=chat_model(), history=history, scope=scope, k=k,
+            llm = models.get_chat_model(choice)  # the model picked in the sidebar, loaded once per process
+            stream = qa.ask(question, retriever(), llm=llm, history=history, scope=scope, k=k,
                             on_stage=lambda text: status.caption(text))
             lines = stream.evidence
             with evidence_slot.container():
@@ -366,7 +485,7 @@ def answer_now(question: str, history: list[tuple[str, str]], scope, k: int, key
         reply = {"role": "assistant", "content": "", "error": str(err)}
     except Exception as err:  # e.g. Ollama's embedder gone mid-search: say so, keep the chat
         log.exception("Answering failed")
-        reply = {"role": "assistant", "content": "", "error": models.explain_failure(err)}
+        reply = {"role": "assistant", "content": "", "error": models.explain_failure(err, llm)}
     finally:
         status.empty()
     with evidence_slot.container():  # the same lines, their chips usable now that nothing is being written
@@ -376,7 +495,7 @@ def answer_now(question: str, history: list[tuple[str, str]], scope, k: int, key
 
 def main() -> None:
     try:
-        scope, k, show_trace = sidebar()
+        scope, k, show_trace, choice = sidebar()
     except ingest.StoreUnavailableError as err:  # a CHROMA_HOST server that is down: say how to fix it
         st.error(md(err))
         return
@@ -395,7 +514,7 @@ def main() -> None:
     show_message(len(messages) - 1, messages[-1], show_trace)
     key = str(len(messages))  # the index the reply will have when the chat is replayed
     with st.chat_message("assistant"):
-        reply = answer_now(question, history, scope, k, key)
+        reply = answer_now(question, history, scope, k, key, choice)
         if reply.get("error"):
             st.error(md(reply["error"]))
         else:

@@ -4,7 +4,8 @@ Run it beside the chat app with ``streamlit run db_viewer.py``. One run of the
 script goes:
 
     ingest.list_documents(include_incomplete=True) -> collections table
-        (an unfinished collection is flagged: readers skip it, the next ingest rebuilds it)
+        (an unfinished collection is flagged: readers skip it, the next ingest rebuilds it;
+         so is one made with another embedder than the app's: searches leave it out until re-embedded)
     -> pick one document -> collection.get(documents, metadatas, embeddings)
         -> chunk_rows() -> filter_chunks()         -> Chunks tab (filterable table)
         -> page_view() + ingest.page_texts()       -> Pages tab (one page rebuilt from its chunks)
@@ -37,12 +38,14 @@ except SystemExit as err:  # config.SettingError: a setting in the environment c
     st.stop()
 
 import ingest
+import models
 from safe_text import md
 
 log = logging.getLogger(__name__)
 
 INGEST_COMMAND = "python ingest.py input_data/pdfs"
 UNFINISHED = "⚠️ unfinished: garbage, the next ingest of this file rebuilds it"
+OTHER_EMBEDDER = "⚠️ "  # before the embedder's name when it is not the one in use
 CHUNK_COLUMNS = [
     "id", "page", "chunk_index", "start", "end", "text_source",
     "title", "keywords", "enriched", "length", "text",
@@ -59,8 +62,19 @@ def status_label(doc: dict) -> str:
     return "✅ complete" if doc.get("status") == "complete" else UNFINISHED
 
 
-def collection_rows(docs: list[dict]) -> list[dict]:
-    """One table row per entry of ``ingest.list_documents()``.
+def embedder_label(doc: dict, current: str | None) -> str:
+    """The embedder that made a document's vectors, marked when it is not ``current`` (None: unknown, no mark).
+
+    embedder_label({"embedder": "ollama:nomic-embed-text"}, "all-MiniLM-L6-v2") -> "⚠️ ollama:nomic-embed-text (not the one in use)"
+    """
+    name = str(doc.get("embedder") or "(not recorded)")
+    if current is None or not ingest.made_with_other_embedder(doc, current):
+        return name
+    return f"{OTHER_EMBEDDER}{name} (not the one in use)"
+
+
+def collection_rows(docs: list[dict], current_embedder: str | None = None) -> list[dict]:
+    """One table row per entry of ``ingest.list_documents()``; an embedder other than ``current_embedder`` is marked.
 
     collection_rows([{"doc_name": "a.pdf", "sha256": "9f86d081884c...", "pages": 3, "enriched_pages": 1, ...}])
     -> [{"document": "a.pdf", "hash": "9f86d081884c", "pages": 3, "enriched": "1/3", ...}]
@@ -74,7 +88,7 @@ def collection_rows(docs: list[dict]) -> list[dict]:
             # an unfinished collection has no counts yet: its metadata is written last
             "chunks": d.get("chunks"),
             "OCR pages": d.get("ocr_pages"),
-            "embedder": d.get("embedder", ""),
+            "embedder": embedder_label(d, current_embedder),
             "status": status_label(d),
             "enriched": f"{d.get('enriched_pages', 0)}/{d.get('pages', '?')}",
             "created_at": d.get("created_at", ""),
@@ -217,32 +231,59 @@ def store():
     return ingest.get_client()
 
 
-def show_collections(docs: list[dict]) -> None:
+@st.cache_resource
+def _embedder():
+    return models.get_embeddings()
+
+
+def current_embedder() -> str | None:
+    """The name of the embedder the app uses (the same ``models.get_embeddings()``); None when it
+    cannot be had (EMBED_BACKEND=ollama with Ollama down): then nothing is marked."""
+    try:
+        return models.embedder_name(_embedder())
+    except models.ModelUnavailableError as err:  # not cached: tried again on the next run
+        log.warning("No embedder to compare documents with: %s", err)
+        return None
+
+
+def other_embedder_documents(docs: list[dict], current: str | None) -> list[dict]:
+    """The complete documents made with another embedder than ``current`` (none when it is unknown)."""
+    if current is None:
+        return []
+    return [d for d in docs if d.get("status") == "complete" and ingest.made_with_other_embedder(d, current)]
+
+
+def show_collections(docs: list[dict], current: str | None) -> None:
     st.subheader("Collections")
     st.dataframe(
-        pd.DataFrame(collection_rows(docs)),
+        pd.DataFrame(collection_rows(docs, current)),
         hide_index=True,
         column_config={
             "hash": st.column_config.TextColumn(help="First hex digits of the PDF's SHA-256"),
+            "embedder": st.column_config.TextColumn(help="What made the vectors; ⚠️ when it is not the embedder in use"),
             "status": st.column_config.TextColumn(help="Only complete collections are searched"),
             "enriched": st.column_config.TextColumn(help="Pages with an LLM title and keywords / pages"),
         },
     )
-    unfinished = [d["doc_name"] for d in docs if d.get("status") != "complete"]
+    unfinished = [d.get("doc_name", d["collection"]) for d in docs if d.get("status") != "complete"]
     if unfinished:
         st.warning(
             f"Unfinished ingest: {md(', '.join(unfinished))}. The app ignores these collections; "
             f"ingesting the same file again deletes and rebuilds them."
         )
+    if others := other_embedder_documents(docs, current):
+        st.warning(md(ingest.other_embedder_message(others, current)), icon="⚠️")
 
 
-def choose_document(docs: list[dict]) -> dict:
+def choose_document(docs: list[dict], current: str | None = None) -> dict:
     by_collection = {d["collection"]: d for d in docs}
+    others = {d["collection"] for d in other_embedder_documents(docs, current)}
     name = st.selectbox(
         "Document",
         list(by_collection),
         format_func=lambda c: f"{by_collection[c].get('doc_name', '?')} ({c})"
-        + ("" if by_collection[c].get("status") == "complete" else " – unfinished"),
+        + ("" if by_collection[c].get("status") == "complete" else " – unfinished")
+        + (" – another embedder" if c in others else ""),
     )
     return by_collection[name]
 
@@ -332,12 +373,14 @@ def show_delete(collection_name: str, doc_name: str) -> None:
             st.rerun()
 
 
-def show_document(meta: dict) -> None:
+def show_document(meta: dict, current: str | None = None) -> None:
     """Everything about one collection: chunks, pages, embeddings, raw records, delete."""
     collection = store().get_collection(meta["collection"], embedding_function=None)
     st.header(md(meta.get("doc_name", meta["collection"])))
     if meta.get("status") != "complete":
         st.warning(f"{UNFINISHED}. What it holds so far is shown below.")
+    elif other_embedder_documents([meta], current):
+        st.warning(md(ingest.other_embedder_message([meta], current)), icon="⚠️")
     got = collection.get(include=["documents", "metadatas", "embeddings"])
     rows = chunk_rows(got)
     if not rows:
@@ -359,15 +402,19 @@ def show_document(meta: dict) -> None:
 
 def main() -> None:
     st.title("Store viewer")
-    st.caption(f"ChromaDB at `{config.CHROMA_PERSIST_DIR}`, collections named `{config.COLLECTION_PREFIX}…`")
+    current = current_embedder()
+    st.caption(
+        f"ChromaDB at `{config.CHROMA_PERSIST_DIR}`, collections named `{config.COLLECTION_PREFIX}…` · "
+        f"embedder in use: {md(current) if current else 'unknown (it cannot be loaded now)'}"
+    )
     if problem := st.session_state.pop("delete_problem", None):
         st.warning(md(problem))
     docs = ingest.list_documents(store(), include_incomplete=True)
     if not docs:
         st.info(f"The store is empty. Add PDFs with `{INGEST_COMMAND}` (or upload them in the chat app).")
         return
-    show_collections(docs)
-    show_document(choose_document(docs))
+    show_collections(docs, current)
+    show_document(choose_document(docs, current), current)
 
 
 # Streamlit runs this file as __main__; the tests import it for its helpers without drawing a page.

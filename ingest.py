@@ -19,6 +19,14 @@ a collection in another state treats it as garbage: the next ingest of that
 file deletes and rebuilds it, and readers skip it. A per-file lock stops two
 processes on one machine from building the same collection at once.
 
+Another embedder: each collection records the embedder that made its vectors. A
+document made with another one than the app now uses is left out of searches
+(retriever.py says which) and rebuilt by ``reembed_document()`` from its kept PDF
+(``python ingest.py --reembed`` does them all). A complete document is rebuilt
+beside itself (``<name>_rebuild``) and swapped in only once whole, so a failed or
+killed rebuild leaves it exactly as it was, kept PDF included; page labels whose
+page text did not change are carried over (they come from the text, not the vectors).
+
 Everything a page knows travels on its chunks' metadata (doc, page, offsets,
 text source, page length, OCR line boxes, title, keywords), so one collection
 per PDF is the whole record; the collection's own metadata holds the document
@@ -46,11 +54,12 @@ import re
 import shutil
 import sqlite3
 import sys
+import tempfile
 import threading
 import time
 import uuid
 from contextlib import closing, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -276,18 +285,59 @@ def delete_document(client: chromadb.ClientAPI, collection_name: str) -> None:
         purge_deleted(folder)
 
 
-def open_collection(client: chromadb.ClientAPI, collection_name: str, embedder: Embeddings):
-    """A complete collection, checked to have been made by ``embedder``."""
+def _complete_collection(client: chromadb.ClientAPI, collection_name: str):
     col = _collection_or_none(client, collection_name)
     if col is None or not is_complete(col):
         raise IngestError(f"Document {collection_name} is not in the store (or its ingest did not finish).")
-    made_by, current = col.metadata.get("embedder"), models.embedder_name(embedder)
-    if made_by != current:
-        raise EmbedderMismatchError(
-            f"'{col.metadata.get('doc_name')}' was indexed with the embedder '{made_by}', but the app now uses "
-            f"'{current}'. Ingest the PDF again to re-embed it, or switch EMBED_BACKEND back."
-        )
     return col
+
+
+def open_collection(client: chromadb.ClientAPI, collection_name: str, embedder: Embeddings):
+    """A complete collection, checked to have been made by ``embedder`` (else EmbedderMismatchError)."""
+    col = _complete_collection(client, collection_name)
+    if made_with_other_embedder(col.metadata, embedder):
+        raise EmbedderMismatchError(other_embedder_message([col.metadata], embedder))
+    return col
+
+
+def made_with_other_embedder(doc: dict, embedder: Embeddings | str) -> bool:
+    """Whether a document (an entry of ``list_documents`` or a collection's metadata) has vectors made by
+    another embedder than ``embedder`` (an embedder, or its ``models.embedder_name``): it cannot be
+    searched with it until ``reembed_document()``.
+
+    made_with_other_embedder({"embedder": "ollama:nomic-embed-text"}, "all-MiniLM-L6-v2") -> True
+    """
+    current = embedder if isinstance(embedder, str) else models.embedder_name(embedder)
+    return doc.get("embedder") != current
+
+
+def documents_made_with_other_embedder(client: chromadb.ClientAPI, embedder: Embeddings | str) -> list[dict]:
+    """The complete documents (entries of ``list_documents``) that ``reembed_document()`` would rebuild."""
+    return [doc for doc in list_documents(client) if made_with_other_embedder(doc, embedder)]
+
+
+def _quoted_list(names: list[str]) -> str:
+    """_quoted_list(["a.pdf", "b.pdf", "c.pdf"]) -> "'a.pdf', 'b.pdf' and 'c.pdf'" """
+    quoted = [f"'{name}'" for name in names]
+    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " and " + quoted[-1]
+
+
+def other_embedder_message(docs: list[dict], embedder: Embeddings | str) -> str:
+    """What to tell a person about documents made with another embedder, and what to do about it.
+
+    other_embedder_message([{"doc_name": "a.pdf", "embedder": "ollama:nomic-embed-text"}], "all-MiniLM-L6-v2")
+    -> "'a.pdf' was embedded with 'ollama:nomic-embed-text', not with the embedder now in use ('all-MiniLM-L6-v2'),
+        so it cannot be searched until it is re-embedded: ..."
+    """
+    current = embedder if isinstance(embedder, str) else models.embedder_name(embedder)
+    names = _quoted_list([d.get("doc_name") or d.get("collection", "?") for d in docs])
+    made_by = _quoted_list(sorted({str(d.get("embedder") or "an unrecorded embedder") for d in docs}))
+    one = len(docs) == 1
+    return (
+        f"{names} {'was' if one else 'were'} embedded with {made_by}, not with the embedder now in use ('{current}'), "
+        f"so {'it' if one else 'they'} cannot be searched until {'it is' if one else 'they are'} re-embedded: "
+        f"use Re-embed in the app or run `python ingest.py --reembed` (or switch EMBED_BACKEND back)."
+    )
 
 
 @contextmanager
@@ -400,17 +450,122 @@ def ingest_pdf(
                     _keep_pdf(path, name)
                     progress(1, 1, "Already in the library")
                     return _result_from_metadata(existing.metadata, time.perf_counter() - t0)
-                log.warning("%s was made with embedder %s and extractor %s; rebuilding", name, *made_with)
-            if existing is not None:
-                log.warning("Removing unfinished or outdated collection %s before rebuilding", name)
-                delete_document(client, name)
+            if _collection_or_none(client, name + REBUILD_SUFFIX) is not None:
+                log.warning("Removing %s%s, left by a rebuild that did not finish", name, REBUILD_SUFFIX)
+                _drop_collection(client, name + REBUILD_SUFFIX)
             _keep_pdf(path, name)  # before the build, so a complete collection always has its PDF
+            if existing is not None and is_complete(existing):
+                log.warning("%s was made with embedder %s and extractor %s; rebuilding it beside itself", name, *made_with)
+                return _rebuild(doc, client, embedder, existing, sha256, doc_name, progress, t0)
+            if existing is not None:
+                log.warning("Removing unfinished collection %s before rebuilding", name)
+                _drop_collection(client, name)  # not its kept PDF: the same bytes, maybe the very file being read
             return _build_collection(doc, client, embedder, name, sha256, doc_name, progress, t0)
     finally:
         doc.close()
 
 
-def _build_collection(doc, client, embedder, name, sha256, doc_name, progress, t0) -> IngestResult:
+def reembed_document(
+    client: chromadb.ClientAPI, embedder: Embeddings, collection_name: str, progress: ProgressCallback | None = None
+) -> IngestResult:
+    """Rebuild one complete document with ``embedder`` from its kept PDF (``kept_pdf_path``), under the
+    name it was given; a cache hit when it is already made with ``embedder`` (and the current extractor).
+
+    The kept PDF is copied to a temp file first and the rebuild happens beside the old collection
+    (see ``ingest_pdf``), so neither a failure nor a crash can lose the document or its PDF: until the
+    new collection is whole, the old one stays as it was. Raises IngestError with a plain sentence when
+    the document is not in the library or its PDF is not on this machine (a shared ChromaDB server holds
+    documents other machines added); nothing is changed then.
+    """
+    col = _complete_collection(client, collection_name)
+    doc_name = col.metadata.get("doc_name") or collection_name
+    kept = kept_pdf_path(collection_name)
+    with tempfile.TemporaryDirectory(prefix="pdf-rag-reembed-") as tmp:
+        copy = Path(tmp) / "kept.pdf"
+        try:
+            shutil.copyfile(kept, copy)
+        except FileNotFoundError:
+            raise IngestError(
+                f"The PDF of '{doc_name}' is not on this machine, so it cannot be re-embedded here; add the PDF again."
+            ) from None
+        if collection_name_for(file_sha256(copy)) != collection_name:
+            raise IngestError(
+                f"The kept copy of the PDF of '{doc_name}' ({kept}) is not the file it was made from, "
+                "so it cannot be re-embedded; add the PDF again."
+            )
+        log.info("Re-embedding %s (%s, made with %s) with %s", doc_name, collection_name,
+                 col.metadata.get("embedder"), models.embedder_name(embedder))
+        return ingest_pdf(copy, client, embedder, progress=progress, doc_name=doc_name)
+
+
+REBUILD_SUFFIX = "_rebuild"  # a complete document is rebuilt under its name plus this, then swapped in
+
+
+def _drop_collection(client: chromadb.ClientAPI, name: str) -> None:
+    """Delete a collection that is being replaced (not its kept PDF) and purge the store folder of it.
+    A purge that fails is only logged: what stays in free space is the text of a document still in the library."""
+    with _server_errors():
+        client.delete_collection(name)
+    folder = _store_folder(client)
+    if folder is not None:
+        try:
+            purge_deleted(folder)
+        except StorePurgeError as err:
+            log.warning("%s", err)
+
+
+def _rebuild(doc, client, embedder, old, sha256, doc_name, progress, t0) -> IngestResult:
+    """Build ``old``'s document again beside it (``<name>_rebuild``), then swap the new collection in.
+
+    While the new one is built, marked "rebuilt" (not complete) when whole, ``old`` stays as it was:
+    a failure removes only the new one, and after a crash the unfinished ``_rebuild`` collection is
+    skipped by readers and removed by the next ingest of the file. Page labels are carried over for
+    pages whose text is unchanged. The swap is two writes: delete ``old``, then rename the new one and
+    mark it complete in one ``modify``; a crash exactly between them leaves the document out of the
+    library (its kept PDF stays) until the PDF is added again.
+    """
+    name, staging = old.name, old.name + REBUILD_SUFFIX
+    result = _build_collection(doc, client, embedder, staging, sha256, doc_name, progress, t0, done_status="rebuilt")
+    with _server_errors():
+        built = client.get_collection(staging, embedding_function=None)
+        meta = _carry_labels(old, built)
+        client.delete_collection(name)
+        built.modify(name=name, metadata={**meta, "status": "complete"})  # the completion marker: still the last write
+    folder = _store_folder(client)
+    if folder is not None:
+        try:
+            purge_deleted(folder)
+        except StorePurgeError as err:
+            log.warning("%s", err)
+    log.info("Rebuilt %s with %s", name, models.embedder_name(embedder))
+    return replace(result, collection=name)
+
+
+def _carry_labels(old, new) -> dict:
+    """Give the pages of ``new`` the titles and keywords ``old`` has for the same page text (labels are
+    made from the text, whatever embedder made the vectors); returns ``new``'s metadata with the counts."""
+    meta = dict(new.metadata)
+    labelled = old.get(where={"enriched": True}, include=["metadatas"])["metadatas"]
+    labels = {m["page"]: {key: m.get(key, default) for key, default in
+                          (("title", ""), ("keywords", ""), ("enriched", True), ("label_failed", False))}
+              for m in labelled}
+    if not labels:
+        return meta
+    old_texts, new_texts = page_texts(old), page_texts(new)
+    same = sorted(page for page in labels if page in new_texts and old_texts.get(page) == new_texts[page])
+    if not same:
+        return meta
+    got = new.get(where={"page": {"$in": same}}, include=["metadatas"])
+    batch = 1000
+    for start in range(0, len(got["ids"]), batch):
+        metas = [{**m, **labels[m["page"]]} for m in got["metadatas"][start : start + batch]]
+        new.update(ids=got["ids"][start : start + batch], metadatas=metas)
+    meta.update(enriched_pages=len(same), label_failed_pages=sum(bool(labels[page]["label_failed"]) for page in same))
+    log.info("Carried the labels of %d pages over to the rebuilt %s", len(same), meta.get("doc_name"))
+    return meta
+
+
+def _build_collection(doc, client, embedder, name, sha256, doc_name, progress, t0, done_status="complete") -> IngestResult:
     meta = {
         "doc_name": doc_name,
         "sha256": sha256,
@@ -422,7 +577,7 @@ def _build_collection(doc, client, embedder, name, sha256, doc_name, progress, t
     }
     try:
         with _server_errors():  # a server lost mid-ingest becomes a StoreUnavailableError
-            stats, meta = _write_collection(doc, client, embedder, name, meta, progress, t0)
+            stats, meta = _write_collection(doc, client, embedder, name, meta, progress, t0, done_status)
     except BaseException as err:
         leftover = _discard_unfinished(client, name, doc_name)
         if leftover and isinstance(err, IngestError):
@@ -461,9 +616,9 @@ def _discard_unfinished(client: chromadb.ClientAPI, name: str, doc_name: str) ->
     return ""
 
 
-def _write_collection(doc, client, embedder, name, meta, progress, t0) -> tuple[dict, dict]:
-    """Create the collection, fill it, and mark it complete as the very last write; returns
-    the page statistics and the final metadata."""
+def _write_collection(doc, client, embedder, name, meta, progress, t0, done_status="complete") -> tuple[dict, dict]:
+    """Create the collection, fill it, and mark it ``done_status`` ("complete", or "rebuilt" for a
+    rebuild that is swapped in after) as the very last write; returns the page statistics and the final metadata."""
     collection = client.create_collection(
         name, metadata=meta, configuration={"hnsw": {"space": "cosine"}}, embedding_function=None
     )
@@ -473,7 +628,7 @@ def _write_collection(doc, client, embedder, name, meta, progress, t0) -> tuple[
         raise NoTextError(f"{meta['doc_name']} contains no readable text ({why}).")
     sources = stats.pop("sources")
     meta.update(
-        status="complete",
+        status=done_status,
         chunks=stats["chunks"],
         ocr_pages=sources.count("O"),
         empty_pages=sources.count("E") + sources.count("D"),
@@ -738,7 +893,7 @@ class BackgroundEnricher:
             state.done, state.total, state.message = done, total, message
 
         try:
-            collection = open_collection(self._client, name, self._embedder)
+            collection = _complete_collection(self._client, name)  # any embedder: labels come from the text
             state.total, state.done = collection.metadata["pages"], collection.metadata.get("enriched_pages", 0)
             enrich_document(collection, self._llm(), progress=report)
             state.failed_pages = collection.metadata.get("label_failed_pages", 0)
@@ -775,12 +930,18 @@ def _bar(current: float, total: int, message: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Ingest PDFs (files or folders) into the local store.")
-    parser.add_argument("paths", nargs="+", help="PDF files or folders (searched recursively)")
+    parser.add_argument("paths", nargs="*", help="PDF files or folders (searched recursively)")
     parser.add_argument("--no-enrich", action="store_true", help="skip LLM page titles/keywords")
+    parser.add_argument(
+        "--reembed", action="store_true",
+        help="re-embed, from their kept PDFs, the documents made with another embedder than the one in use",
+    )
     args = parser.parse_args(argv)
+    if not args.paths and not args.reembed:
+        parser.error("name PDF files or folders, or give --reembed")
     config.setup_logging(logging.WARNING)
     pdfs = find_pdfs(args.paths)
-    if not pdfs:
+    if args.paths and not pdfs:
         sys.stderr.write("No PDF files found.\n")
         return 1
     try:
@@ -789,25 +950,45 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"{err}\n")
         return 1
     embedder = models.get_embeddings()
-    rows, failures = [], 0
-    for pdf in pdfs:
-        sys.stderr.write(terminal_text(f"{pdf}\n"))
+    enrich = config.ENRICH_ENABLED and not args.no_enrich
+    # (heading while it runs, its row's label, what to do, the status of a success that was not a cache hit)
+    jobs = [(str(pdf), display_name(pdf), lambda pdf=pdf: ingest_pdf(pdf, client, embedder, progress=_bar), "ok") for pdf in pdfs]
+    if args.reembed:
         try:
-            result = ingest_pdf(pdf, client, embedder, progress=_bar)
-            if config.ENRICH_ENABLED and not args.no_enrich:
+            others = documents_made_with_other_embedder(client, embedder)
+        except StoreUnavailableError as err:
+            sys.stderr.write(f"{err}\n")
+            return 1
+        current = models.embedder_name(embedder)
+        if not others:
+            sys.stderr.write(terminal_text(f"Every document is embedded with {current}: nothing to re-embed.\n"))
+        jobs += [
+            (f"Re-embedding {doc.get('doc_name')} ({doc['collection']})", f"{doc.get('doc_name', doc['collection'])} (re-embed)",
+             lambda doc=doc: reembed_document(client, embedder, doc["collection"], progress=_bar),
+             f"re-embedded with {current} (was {doc.get('embedder')})")
+            for doc in others
+        ]
+    rows, failures = [], 0
+    for heading, label, job, done in jobs:
+        sys.stderr.write(terminal_text(f"{heading}\n"))
+        try:
+            result = job()
+            if enrich:
                 sys.stderr.write("\n")
                 enrich_document(open_collection(client, result.collection, embedder), progress=_bar)
-            status = "cached" if result.cached else "ok"
+            status = "cached" if result.cached else done
             if result.damaged_pages:
                 status += f" (damaged: pages {page_ranges(result.damaged_pages)} left out)"
-            rows.append((display_name(pdf), result.pages, result.chunks, result.ocr_pages, f"{result.seconds:.1f}", status))
+            rows.append((label, result.pages, result.chunks, result.ocr_pages, f"{result.seconds:.1f}", status))
         except KeyboardInterrupt:
             sys.stderr.write("\nStopped. Searchable documents stay searchable; enrichment resumes next time.\n")
             return 130
         except (IngestError, models.ModelUnavailableError) as err:
             failures += 1
-            rows.append((display_name(pdf), "-", "-", "-", "-", f"FAILED: {err}"))
+            rows.append((label, "-", "-", "-", "-", f"FAILED: {err}"))
         sys.stderr.write("\n")
+    if not rows:
+        return 0
     header = ("file", "pages", "chunks", "ocr pages", "seconds", "status")
     widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(5)]
     for row in [header] + rows:

@@ -822,7 +822,8 @@ def explain_failure(err: Exception, model: BaseChatModel | None = None) -> str:
     if isinstance(err, openai.APITimeoutError):
         return (f"The model server at {config.OPENAI_BASE_URL} took longer than LLM_TIMEOUT={config.LLM_TIMEOUT:g} s "
                 "to answer. Ask again, choose a smaller model, or raise LLM_TIMEOUT.")
-    if isinstance(err, openai.AuthenticationError):
+    refused = isinstance(err, httpx.HTTPStatusError) and err.response.status_code in (401, 403)
+    if isinstance(err, openai.AuthenticationError) or (refused and isinstance(model, ServerChatModel)):
         return server_key_message()
     if isinstance(err, openai.NotFoundError):
         name = getattr(model, "model_name", "?")
@@ -851,15 +852,19 @@ def context_length(model: BaseChatModel) -> int:
 
 
 def count_tokens(model: BaseChatModel, text: str) -> int:
-    """Tokens ``text`` costs ``model``: exact where llama.cpp counts them, else a safe over-estimate."""
+    """Tokens ``text`` costs ``model``: exact where llama.cpp counts them, else a safe over-estimate.
+    Raises ModelUnavailableError with a sentence when the counting server fails."""
     url, headers = "", {}
     if isinstance(model, EmbeddedChatModel):
         url, headers = model.tokenize_url, {"Authorization": f"Bearer {model.api_key}"}
     elif isinstance(model, ServerChatModel):
         url, headers = model.tokenize_url, {"Authorization": f"Bearer {model.openai_api_key.get_secret_value()}"}
     if url:
-        response = httpx.post(url, json={"content": text, "add_special": False}, headers=headers, timeout=30)
-        response.raise_for_status()
+        try:
+            response = httpx.post(url, json={"content": text, "add_special": False}, headers=headers, timeout=30)
+            response.raise_for_status()
+        except httpx.HTTPError as err:  # the model's own server failed: say it as the model's failure
+            raise ModelUnavailableError(explain_failure(err, model)) from err
         return len(response.json()["tokens"])
     return len(text) // 3 + 1  # Llama-family tokenizers average ~4 chars per token on English
 

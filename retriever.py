@@ -23,6 +23,11 @@ names, numbers) that people search for; the semantic leg finds paraphrases
 that share no word with the page. A ``scope`` (a list of collection names)
 restricts every leg to chosen documents. Results are one per (document, page).
 
+A document whose vectors another embedder made (its collection records which)
+is left out of every search, with a warning in the log, until it is re-embedded
+(``ingest.reembed_document``); ``other_embedder_documents()`` says which, and a
+search scoped to such documents only says so instead of finding nothing.
+
 ChromaDB is the store of record; the retriever keeps an in-memory copy of each
 document's chunks, vectors and page tokens, read once per document and dropped
 when the document goes, and re-stacks its matrices whenever the set of complete
@@ -290,12 +295,18 @@ class Retriever:
         self._embed_query = lru_cache(maxsize=1024)(self.embedder.embed_query)  # follow-ups and evals repeat queries
         self._line_vectors: dict[str, np.ndarray] = {}  # text -> unit vector, for evidence lines (see similarities)
         self._lock = threading.RLock()
+        self._embedder_name = models.embedder_name(self.embedder)
+        self._other_embedder: list[dict] = []  # complete documents left out: another embedder made their vectors
+        self._warned: set[tuple[str, str]] = set()  # (collection, its embedder) already warned about
+        self._collections: dict = {}
 
     # -- keeping the in-memory index in step with the store ------------------
 
-    def _library_signature(self) -> tuple:
-        docs = ingest.list_documents(self.client)
-        return tuple((d["collection"], d.get("enriched_pages", 0)) for d in docs)
+    @staticmethod
+    def _key(doc: dict) -> tuple:
+        """What a document's part of the index is made from: its name, labelled pages, and how it was built
+        (a re-embedded document keeps its name, not its vectors)."""
+        return (doc["collection"], doc.get("enriched_pages", 0), doc.get("embedder"), doc.get("extractor"), doc.get("created_at"))
 
     def _load_collection(self, name: str) -> dict:
         """One document's chunks, vectors and per-page BM25 tokens, read from the store."""
@@ -339,16 +350,35 @@ class Retriever:
         """
         with self._lock:  # one rebuild at a time; searches wait for it
             self._checked_at = time.monotonic()
-            signature = self._library_signature()
+            docs = ingest.list_documents(self.client)
+            signature = tuple(self._key(d) for d in docs)
             if signature == self._signature:
                 return
-            self._loaded = {key: self._loaded.get(key) or self._load_collection(key[0]) for key in signature}
-            self._collections = {name: self._loaded[(name, e)]["collection"] for name, e in signature}
+            self._other_embedder = [d for d in docs if ingest.made_with_other_embedder(d, self._embedder_name)]
+            for doc in self._other_embedder:
+                if (doc["collection"], str(doc.get("embedder"))) not in self._warned:
+                    self._warned.add((doc["collection"], str(doc.get("embedder"))))
+                    log.warning("%s (%s) was embedded with %s, not %s: left out of searches until it is re-embedded",
+                                doc.get("doc_name"), doc["collection"], doc.get("embedder"), self._embedder_name)
+            skipped = {d["collection"] for d in self._other_embedder}
+            loaded, missed = {}, False
+            for key in signature:
+                if key[0] in skipped:
+                    continue
+                try:
+                    loaded[key] = self._loaded.get(key) or self._load_collection(key[0])
+                except ingest.StoreUnavailableError:
+                    raise
+                except ingest.IngestError as err:  # removed or rebuilt since it was listed: seen next time
+                    log.info("Left %s out of this index: %s", key[0], err)
+                    missed = True
+            self._loaded = loaded
+            self._collections = {key[0]: part["collection"] for key, part in self._loaded.items()}
             self._chunks: dict[str, tuple[str, dict, str]] = {}  # chunk id -> (text, metadata, collection)
             self._page_chunks: dict[PageKey, list[str]] = {}
-            self._owner_code = {name: code for code, (name, _) in enumerate(self._loaded)}
+            self._owner_code = {name: code for code, (name, *_) in enumerate(self._loaded)}
             ids, vectors, page_tokens, row_owner = [], [], [], []
-            for (name, _), part in self._loaded.items():
+            for (name, *_), part in self._loaded.items():
                 for chunk_id, text, meta in zip(part["ids"], part["texts"], part["metas"]):
                     self._chunks[chunk_id] = (text, meta, name)
                     self._page_chunks.setdefault((name, meta["page"]), []).append(chunk_id)
@@ -362,19 +392,37 @@ class Retriever:
             self._row_owner = np.array(row_owner, dtype=np.int32)
             self._page_owner = np.array([self._owner_code[name] for name, _ in self._pages], dtype=np.int32)
             self._bm25 = SparseBM25([tokens for _, tokens in page_tokens])
-            self._profiles = {name: part["profile"] for (name, _), part in self._loaded.items()}
+            self._profiles = {name: part["profile"] for (name, *_), part in self._loaded.items()}
             self._route_weights = distinctive_words(self._profiles)
             self._index_acronyms()
             self._statement_pages = {
-                (name, page): heads for (name, _), part in self._loaded.items() for page, heads in part["statement_pages"].items()
+                (name, page): heads for (name, *_), part in self._loaded.items() for page, heads in part["statement_pages"].items()
             }
             owner_style = np.array([_YEAR_STYLES.index(part["profile"].year_style) for part in self._loaded.values()], dtype=np.int8)
             self._row_year_style = owner_style[self._row_owner] if len(row_owner) else np.zeros(0, dtype=np.int8)
-            self._signature = signature
-            log.info("Index rebuilt: %d documents, %d pages, %d chunks", len(self._collections), len(self._pages), len(ids))
+            self._signature = None if missed else signature  # None: look again at the next refresh
+            log.info("Index rebuilt: %d documents, %d pages, %d chunks (%d documents of another embedder left out)",
+                     len(self._collections), len(self._pages), len(ids), len(self._other_embedder))
 
     def _in_scope(self, scope: list[str] | None) -> list[str]:
         return [c for c in self._collections if scope is None or c in scope]
+
+    def other_embedder_documents(self, scope: list[str] | None = None) -> list[dict]:
+        """The complete documents searches leave out because another embedder than this retriever's
+        made their vectors (entries of ``ingest.list_documents``), those in ``scope`` when given;
+        ``ingest.reembed_document`` makes them searchable again."""
+        with self._lock:
+            self._refresh_if_stale()
+            return [d for d in self._other_embedder if scope is None or d["collection"] in scope]
+
+    def _check_scope(self, scope: list[str] | None) -> None:
+        """A scope of documents none of which can be searched, because another embedder made them,
+        is an error that says so (an empty result would say nothing); with some searchable, those are searched."""
+        if scope is None or any(c in self._collections for c in scope):
+            return
+        others = [d for d in self._other_embedder if d["collection"] in scope]
+        if others:
+            raise ingest.EmbedderMismatchError(ingest.other_embedder_message(others, self._embedder_name))
 
     # -- the legs -------------------------------------------------------------
 
@@ -503,7 +551,7 @@ class Retriever:
         self._named_pages: dict[str, list[tuple[PageKey, str]]] = {}
         self._written_pages: dict[str, list[PageKey]] = {}
         self._name_uses: Counter = Counter()
-        for (name, _), part in self._loaded.items():
+        for (name, *_), part in self._loaded.items():
             for page, pairs in part["page_names"].items():
                 for letters, full in pairs:
                     self._named_pages.setdefault(letters, []).append(((name, page), full))
@@ -573,6 +621,9 @@ class Retriever:
         the fused score of pages of documents the question names (routing.py). ``acronyms``
         (ACRONYMS) follows each acronym with the name whose initials it is on the page sharing
         the question's words, so "TWS" also searches "Tomorrow's Workplace Skills" (``spelled_out``).
+
+        Documents made with another embedder are left out (``other_embedder_documents``); a ``scope``
+        naming only such documents raises ``ingest.EmbedderMismatchError`` saying so.
         """
         k = k or config.TOP_K
         options = {"page_refs": page_refs, "keyword_seat": keyword_seat, "question_parsing": question_parsing,
@@ -582,6 +633,8 @@ class Retriever:
         parsed = parse_question(question) if question_parsing else None
         query = parsed.query if parsed else question
         with self._lock:  # browser tabs share one retriever
+            self._refresh_if_stale()
+            self._check_scope(scope)
             query = self.spelled_out(query, scope) if acronyms else query
             semantic = self.semantic(query, scope) if mode != "bm25" or page_refs or statement_hints else []
             keyword = self.keyword(query, scope) if mode != "semantic" else []

@@ -4,7 +4,10 @@ through httpx (and, for /v1, the openai client library).
 
 One server per module (starting one loads the models); the tests of the main server run
 in file order on one library: upload, search, ask, page image, bad inputs, then delete.
-A second server, started with API_TOKEN and an Ollama that does not answer, covers the
+The main server also reaches llama.cpp's own OpenAI-compatible server (conftest.llama_server)
+through a TCP proxy the tests can break (port closed, replies cut), so a question can name
+that model and its failures be seen as a client sees them. A second server, started with
+API_TOKEN, an Ollama that does not answer and a wrong key for the model server, covers the
 token check and the 409/503 replies; a third, on a ChromaDB server that then stops, the
 503 for a lost store.
 """
@@ -12,7 +15,9 @@ token check and the 409/503 replies; a third, on a ChromaDB server that then sto
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
+import threading
 from pathlib import Path
 
 import httpx
@@ -21,11 +26,13 @@ import pymupdf
 import pytest
 
 import bench
-from conftest import FACT_PAGES, TEST_LLM, write_text_pdf
+from conftest import FACT_PAGES, SERVER_KEY, SERVER_MODEL, TEST_LLM, write_text_pdf
 
 QUESTION = "When did the railway reach the town?"
 ANSWER_LINE = "The railway reached the town in 1889."  # page 3 of facts.pdf
 HOSTILE = '<img src="http://127.0.0.1:9/x.png"> **[click](http://127.0.0.1:9)**'  # text in a PDF, nothing more
+EMBEDDED_ID, EMBEDDED_LABEL = f"embedded:{TEST_LLM}", "embedded Qwen2.5-Coder-0.5B-Instruct Q4"
+SERVER_ID = f"openai:{SERVER_MODEL}"
 
 
 def start_server(folder: Path, **settings: str) -> tuple[subprocess.Popen, str]:
@@ -86,9 +93,90 @@ def files(tmp_path_factory) -> dict[str, Path]:
     }
 
 
+class BreakableProxy:
+    """A TCP proxy in front of the model server, broken on purpose the ways a network breaks:
+    ``down()`` closes its port until ``up()``; ``cut(n)`` cuts every streamed reply n bytes in.
+    Each switch closes the connections open at the time, so none kept alive carries on as before."""
+
+    def __init__(self, upstream_url: str):
+        self.upstream_port = httpx.URL(upstream_url).port
+        self.cut_after: int | None = None
+        self._open: set[socket.socket] = set()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        threading.Thread(target=self._accept, args=(self.listener,), daemon=True).start()
+
+    def down(self) -> None:
+        self.listener.close()
+        self._close_open()
+
+    def up(self) -> None:
+        if self.listener.fileno() == -1:
+            self.listener = socket.create_server(("127.0.0.1", self.port))
+            threading.Thread(target=self._accept, args=(self.listener,), daemon=True).start()
+        self.cut(None)
+
+    def cut(self, after: int | None) -> None:
+        self.cut_after = after
+        self._close_open()
+
+    def _close_open(self) -> None:
+        for sock in list(self._open):
+            self._close(sock)
+
+    def _close(self, sock: socket.socket) -> None:
+        self._open.discard(sock)
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        sock.close()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:  # closed by down()
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+            self._open.update((client, upstream))
+            threading.Thread(target=self._pipe, args=(client, upstream, False), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, True), daemon=True).start()
+
+    def _pipe(self, source: socket.socket, target: socket.socket, replies: bool) -> None:
+        streamed = None  # bytes of a streamed reply passed on so far
+        tail = b""
+        try:
+            while data := source.recv(4096):
+                if replies and self.cut_after is not None:
+                    if streamed is None and b"text/event-stream" in tail + data:
+                        streamed = 0
+                    tail = data[-32:]
+                    if streamed is not None and streamed + len(data) > self.cut_after:
+                        target.sendall(data[: self.cut_after - streamed])
+                        break
+                    if streamed is not None:
+                        streamed += len(data)
+                target.sendall(data)
+        except OSError:
+            pass
+        self._close(source)
+        self._close(target)
+
+
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    proc, url = start_server(tmp_path_factory.mktemp("api"))
+def model_proxy(llama_server):
+    proxy = BreakableProxy(llama_server)
+    yield proxy
+    proxy.down()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, model_proxy):
+    """The main server: the small embedded model by default; llama.cpp's server, behind the proxy, by name."""
+    settings = {"OPENAI_BASE_URL": model_proxy.url, "OPENAI_API_KEY": SERVER_KEY, "MODEL_PROBE_TIMEOUT": "10"}
+    proc, url = start_server(tmp_path_factory.mktemp("api"), **settings)
     yield url
     bench.stop_api_server(proc)
 
@@ -187,6 +275,7 @@ def test_ask_answers_as_json_with_a_verified_page_citation_and_the_evidence_line
     assert answer["confidence"] is not None and answer["rewritten_query"] is None
     assert answer["evidence"] and (facts_id, 3, ANSWER_LINE) in evidence_pages(answer), answer["evidence"]
     assert all(set(e) == {"document_id", "doc", "page", "text", "score"} for e in answer["evidence"])
+    assert (answer["model"], answer["model_id"]) == (EMBEDDED_LABEL, EMBEDDED_ID)  # no model named: the settings' model
 
 
 def test_ask_streams_the_evidence_then_tokens_then_one_final_event_with_the_citations(api, facts_id):
@@ -232,9 +321,9 @@ def test_a_page_image_with_and_without_the_passage_highlighted(api, facts_id):
 
 def test_the_openai_client_gets_an_answer_with_its_sources_and_evidence_lines(server, facts_id):
     client = openai.OpenAI(base_url=f"{server}/v1", api_key="unused", max_retries=0)
-    assert [m.id for m in client.models.list()] == ["pdf-library"]
     evidence = f'\n\nEvidence (lines from the pages found):\n- facts.pdf, page 3: "{ANSWER_LINE}"'
     reply = client.chat.completions.create(model="pdf-library", messages=[{"role": "user", "content": QUESTION}])
+    assert reply.model == EMBEDDED_ID  # the library's own name: the settings' model answers
     text = reply.choices[0].message.content
     assert "1889" in text and "Sources:\n- facts.pdf, page 3 (verified)" in text
     assert evidence in text and text.index("Sources:") < text.index("Evidence")
@@ -244,6 +333,103 @@ def test_the_openai_client_gets_an_answer_with_its_sources_and_evidence_lines(se
     assert len(chunks) > 3 and "facts.pdf, page 3 (verified)" in "".join(chunks) and evidence in "".join(chunks)
     with pytest.raises(openai.BadRequestError, match="last message must be the user's question"):
         client.chat.completions.create(model="pdf-library", messages=[{"role": "system", "content": "Be brief."}])
+
+
+# -- choosing the model: the embedded ones, and llama.cpp's server behind the proxy
+
+
+def test_the_models_that_can_answer_are_listed_with_the_default(api, server, model_proxy):
+    body = api.get("/api/models").json()
+    assert {"id": EMBEDDED_ID, "label": EMBEDDED_LABEL} in body["models"]
+    assert {"id": SERVER_ID, "label": f"{SERVER_MODEL} on {model_proxy.url}"} in body["models"]
+    assert all(m["id"].startswith(("embedded:", "ollama:", "openai:")) for m in body["models"])
+    assert (body["default"], body["answering"]) == (EMBEDDED_ID, None)
+    client = openai.OpenAI(base_url=f"{server}/v1", api_key="unused", max_retries=0)
+    listed = [m.id for m in client.models.list()]
+    assert listed == ["pdf-library"] + [m["id"] for m in body["models"]]  # the library's own name first: the default
+
+
+def test_ask_names_the_server_model_and_it_writes_the_answer(api, facts_id, model_proxy):
+    answer = api.post("/api/ask", json={"question": QUESTION, "model": SERVER_ID}).json()
+    assert "1889" in answer["answer"] and (facts_id, 3) in verified_pages(answer), answer
+    assert (answer["model"], answer["model_id"]) == (f"{SERVER_MODEL} on {model_proxy.url}", SERVER_ID)
+
+    with api.stream("POST", "/api/ask", json={"question": QUESTION, "model": SERVER_ID, "stream": True}) as response:
+        events = []
+        for kind, data in sse_events(response):
+            events.append((kind, data))
+            if kind == "evidence":  # the worker is on it now, and says with which model
+                assert api.get("/api/models").json()["answering"] == SERVER_ID
+    kinds = [kind for kind, _ in events]
+    assert kinds[0] == "queued" and kinds[-1] == "answer" and kinds.index("evidence") < kinds.index("token"), kinds
+    streamed = events[-1][1]
+    assert "".join(data["text"] for kind, data in events if kind == "token").strip() == streamed["answer"]
+    assert "1889" in streamed["answer"] and (facts_id, 3) in verified_pages(streamed), streamed
+    assert streamed["model_id"] == SERVER_ID
+    assert api.get("/api/models").json()["answering"] is None
+    assert api.get("/api/health").json()["chat_model"]["id"] == EMBEDDED_ID  # the default stays the default
+
+
+def test_the_openai_client_picks_the_server_model_by_its_id(server, facts_id):
+    client = openai.OpenAI(base_url=f"{server}/v1", api_key="unused", max_retries=0)
+    reply = client.chat.completions.create(model=SERVER_ID, messages=[{"role": "user", "content": QUESTION}])
+    assert reply.model == SERVER_ID
+    assert "1889" in reply.choices[0].message.content and "facts.pdf, page 3 (verified)" in reply.choices[0].message.content
+    chunks = list(client.chat.completions.create(model=SERVER_ID, messages=[{"role": "user", "content": QUESTION}], stream=True))
+    assert {c.model for c in chunks} == {SERVER_ID}
+    assert "facts.pdf, page 3 (verified)" in "".join(c.choices[0].delta.content or "" for c in chunks)
+
+
+def test_an_unknown_model_is_400_naming_the_ones_that_can_answer_and_the_next_question_is_answered(api, server, facts_id):
+    for name in ("openai:gpt-9", "embedded:llama-70b", "pdf-library", "llama3.2:3b"):
+        for stream in (False, True):
+            status, message = error_of(api.post("/api/ask", json={"question": QUESTION, "model": name, "stream": stream}))
+            assert status == 400 and message.startswith(f"There is no model '{name}' to answer with. The models that can answer now: ")
+            assert EMBEDDED_ID in message and SERVER_ID in message
+    status, message = error_of(api.post("/api/ask", json={"question": QUESTION, "model": "ollama:llama3.2:3b"}))
+    assert status == 503 and message.startswith("Ollama is not answering at http://127.0.0.1:")  # a known kind, down
+    client = openai.OpenAI(base_url=f"{server}/v1", api_key="unused", max_retries=0)
+    with pytest.raises(openai.BadRequestError, match="There is no model 'openai:gpt-9' to answer with"):
+        client.chat.completions.create(model="openai:gpt-9", messages=[{"role": "user", "content": QUESTION}])
+    # a name that is no model id (what clients send by habit) is the library's default, as it always was
+    reply = client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": QUESTION}])
+    assert reply.model == EMBEDDED_ID and "facts.pdf, page 3 (verified)" in reply.choices[0].message.content
+
+
+def test_a_model_server_that_is_down_is_503_with_a_sentence_and_the_next_question_is_answered(api, server, facts_id, model_proxy):
+    model_proxy.down()
+    try:
+        status, sentence = error_of(api.post("/api/ask", json={"question": QUESTION, "model": SERVER_ID}))
+        assert status == 503 and f"model server at {model_proxy.url}" in sentence, sentence  # models.explain_failure's words
+        with api.stream("POST", "/api/ask", json={"question": QUESTION, "model": SERVER_ID, "stream": True}) as response:
+            assert list(sse_events(response))[-1] == ("error", {"status": 503, "message": sentence})
+        client = openai.OpenAI(base_url=f"{server}/v1", api_key="unused", max_retries=0)
+        with pytest.raises(openai.APIStatusError) as raised:
+            client.chat.completions.create(model=SERVER_ID, messages=[{"role": "user", "content": QUESTION}])
+        assert raised.value.status_code == 503 and raised.value.body["message"] == sentence
+        with pytest.raises(openai.APIError) as raised:
+            list(client.chat.completions.create(model=SERVER_ID, messages=[{"role": "user", "content": QUESTION}], stream=True))
+        assert raised.value.message == sentence
+        assert SERVER_ID not in [m["id"] for m in api.get("/api/models").json()["models"]]
+        assert api.get("/api/health").json()["chat_model"]["ok"] is True  # the default still answers
+    finally:
+        model_proxy.up()
+    answer = api.post("/api/ask", json={"question": QUESTION, "model": SERVER_ID}).json()
+    assert "1889" in answer["answer"] and answer["model_id"] == SERVER_ID, answer
+
+
+def test_a_connection_cut_mid_answer_is_a_sentence_and_the_next_question_is_answered(api, facts_id, model_proxy):
+    model_proxy.cut(1500)  # the reply's headers and a few tokens, then nothing
+    try:
+        with api.stream("POST", "/api/ask", json={"question": QUESTION, "model": SERVER_ID, "stream": True}) as response:
+            events = list(sse_events(response))
+    finally:
+        model_proxy.up()
+    kinds = [kind for kind, _ in events]
+    assert "evidence" in kinds and kinds[-1] == "error" and "answer" not in kinds, kinds
+    assert events[-1][1]["status"] == 503 and f"model server at {model_proxy.url}" in events[-1][1]["message"], events[-1]
+    answer = api.post("/api/ask", json={"question": QUESTION, "model": SERVER_ID, "stream": False}).json()
+    assert "1889" in answer["answer"] and answer["model_id"] == SERVER_ID, answer
 
 
 def test_bad_uploads_get_their_status_and_plain_message_and_add_nothing(api, files, facts_id):
@@ -290,7 +476,7 @@ def test_only_local_host_headers_are_served_without_a_token(api):
 def test_health_names_the_store_models_and_ollama(api):
     health = api.get("/api/health").json()
     assert health["ok"] and health["store"]["ok"] and health["store"]["documents"] == 2
-    assert health["chat_model"] == {"name": "embedded Qwen2.5-Coder-0.5B-Instruct Q4", "ok": True}
+    assert health["chat_model"] == {"id": EMBEDDED_ID, "name": EMBEDDED_LABEL, "ok": True}  # the default, whoever answered last
     assert health["embedder"] == "all-MiniLM-L6-v2" and health["ollama"]["reachable"] is False
 
 
@@ -311,12 +497,13 @@ def test_a_deleted_document_leaves_no_trace_in_the_list_search_or_pages(api, fac
 
 
 # -----------------------------------------------------------------------------
-# A server with a token and no chat model (Ollama chosen, not answering)
+# A server with a token, no default chat model (Ollama chosen, not answering) and a key the model server refuses
 
 
 @pytest.fixture(scope="module")
-def locked_server(tmp_path_factory):
-    proc, url = start_server(tmp_path_factory.mktemp("api-token"), API_TOKEN="s3cret", LLM_BACKEND="ollama")
+def locked_server(tmp_path_factory, llama_server):
+    settings = {"API_TOKEN": "s3cret", "LLM_BACKEND": "ollama", "OPENAI_BASE_URL": llama_server, "OPENAI_API_KEY": "wrong-key"}
+    proc, url = start_server(tmp_path_factory.mktemp("api-token"), **settings)
     yield url
     bench.stop_api_server(proc)
 
@@ -343,6 +530,25 @@ def test_an_empty_library_is_409_and_a_model_that_does_not_answer_is_503(locked_
             events = list(sse_events(response))
         assert events[-1][0] == "error" and events[-1][1]["status"] == 503
         assert api.post("/api/search", json={"query": QUESTION}).json()["results"][0]["page"] == 3  # search needs no chat model
+
+
+def test_a_key_the_model_server_refuses_is_a_sentence_and_another_model_answers_next(locked_server, llama_server, files):
+    refused = f"The model server at {llama_server} refused the key (401). Set OPENAI_API_KEY to a key it accepts."
+    with httpx.Client(base_url=locked_server, headers={"Authorization": "Bearer s3cret"}, timeout=300) as api:
+        assert upload_and_wait(api, files["facts"])[0]["state"] == "done"
+        listed = api.get("/api/models").json()
+        assert EMBEDDED_ID in [m["id"] for m in listed["models"]] and SERVER_ID not in [m["id"] for m in listed["models"]]
+        assert listed["default"] is None and listed["default_error"].startswith("Ollama is not answering")
+        assert error_of(api.post("/api/ask", json={"question": QUESTION, "model": SERVER_ID})) == (503, refused)
+        with api.stream("POST", "/api/ask", json={"question": QUESTION, "model": SERVER_ID, "stream": True}) as response:
+            assert list(sse_events(response))[-1] == ("error", {"status": 503, "message": refused})
+        client = openai.OpenAI(base_url=f"{locked_server}/v1", api_key="s3cret", max_retries=0)
+        with pytest.raises(openai.APIStatusError, match=r"refused the key \(401\)"):
+            client.chat.completions.create(model=SERVER_ID, messages=[{"role": "user", "content": QUESTION}])
+        answer = api.post("/api/ask", json={"question": QUESTION, "model": EMBEDDED_ID}).json()
+        assert "1889" in answer["answer"] and (answer["model"], answer["model_id"]) == (EMBEDDED_LABEL, EMBEDDED_ID), answer
+        chat = api.get("/api/health").json()["chat_model"]
+        assert chat["ok"] is False and "Ollama is not answering" in chat["message"]  # the default is still the one that is down
 
 
 # -----------------------------------------------------------------------------

@@ -16,7 +16,9 @@ import config
 import ingest
 import models
 import prompts
-from conftest import shown
+from conftest import SERVER_KEY, SERVER_MODEL, free_port, shown
+from retriever import Retriever
+from test_chroma_server import running_chroma
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 QUESTION = "When did the railway reach the town?"
@@ -30,9 +32,11 @@ def small_model(monkeypatch):
     monkeypatch.setattr(config, "EMBEDDED_LLM", "qwen2.5-coder-0.5b")
     monkeypatch.setattr(config, "ENRICH_ENABLED", False)
     st.cache_resource.clear()
+    st.cache_data.clear()  # the models the picker lists, probed under another test's settings
     models.forget_chat_models()
     yield
     st.cache_resource.clear()
+    st.cache_data.clear()
     models.forget_chat_models()
 
 
@@ -222,3 +226,120 @@ def test_two_different_files_with_the_same_name_and_size_are_both_added(store, e
     app.sidebar.file_uploader[0].set_value([("report.pdf", data, "application/pdf") for data in copies])
     app.run()
     assert not app.exception and len(ingest.list_documents(store)) == 2
+
+
+# -----------------------------------------------------------------------------
+# The model picker: the small embedded model is the settings' one, llama.cpp's server the second choice
+
+SMALL_CHOICE, SMALL_LABEL = "embedded:qwen2.5-coder-0.5b", "embedded Qwen2.5-Coder-0.5B-Instruct Q4"
+SERVER_CHOICE = f"openai:{SERVER_MODEL}"
+
+
+@pytest.fixture
+def with_server(llama_server, monkeypatch):
+    """llama.cpp's real OpenAI-compatible server, reachable as a second model; its /v1 URL."""
+    monkeypatch.setattr(config, "OPENAI_BASE_URL", llama_server)
+    monkeypatch.setattr(config, "OPENAI_API_KEY", SERVER_KEY)
+    monkeypatch.setattr(config, "LLM_MODEL", "")
+    return llama_server
+
+
+def picker(app: AppTest):
+    return app.sidebar.selectbox(key="model-picker")
+
+
+def test_the_picker_lists_every_model_switches_to_the_servers_and_keeps_the_pick(store, embedder, three_page_pdf, small_model, with_server):
+    ingest.ingest_pdf(three_page_pdf, store, embedder)
+    server_label = f"{SERVER_MODEL} on {with_server}"
+    app = AppTest.from_file(APP, default_timeout=300).run()
+    assert not app.exception and picker(app).label == "Model that answers"
+    assert set(picker(app).options) == {"embedded Qwen2.5-Coder-1.5B-Instruct Q4_K_M", SMALL_LABEL, server_label}
+    assert picker(app).value == SMALL_CHOICE and f"Model: {SMALL_LABEL}" in sidebar_text(app)
+
+    picker(app).set_value(SERVER_CHOICE).run()
+    assert not app.exception and picker(app).value == SERVER_CHOICE
+    assert f"Model: {server_label}" in sidebar_text(app)
+    assert models.saved_choice() == SERVER_CHOICE  # beside the store: kept across reloads and restarts
+
+    app.chat_input[0].set_value(QUESTION).run()
+    assert not app.exception
+    assert app.session_state["messages"][1]["answer"].model == server_label
+    assert f"Written by {server_label}" in [shown(c.value) for c in app.chat_message[1].caption]
+
+    reloaded = AppTest.from_file(APP, default_timeout=300).run()  # a new session, as after a reload
+    assert picker(reloaded).value == SERVER_CHOICE and f"Model: {server_label}" in sidebar_text(reloaded)
+
+
+def test_a_picked_model_whose_server_is_down_gives_way_to_the_settings_model_until_it_is_back(store, small_model, llama_server, monkeypatch):
+    down = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    monkeypatch.setattr(config, "OPENAI_BASE_URL", down)
+    monkeypatch.setattr(config, "OPENAI_API_KEY", SERVER_KEY)
+    models.save_choice(SERVER_CHOICE)
+    app = AppTest.from_file(APP, default_timeout=300).run()
+    assert not app.exception
+    assert [shown(w.value) for w in app.sidebar.warning] == [f"{SERVER_MODEL} on {down} is not available now, so {SMALL_LABEL} answers."]
+    assert picker(app).value == SMALL_CHOICE and f"Model: {SMALL_LABEL}" in sidebar_text(app)
+    assert models.saved_choice() == SERVER_CHOICE  # still the pick: it comes back with its server
+
+    monkeypatch.setattr(config, "OPENAI_BASE_URL", llama_server)  # the server is back
+    app.run()
+    assert not app.sidebar.warning and picker(app).value == SERVER_CHOICE
+    assert f"Model: {SERVER_MODEL} on {llama_server}" in sidebar_text(app)
+
+
+class HalfMiniLM(models.MiniLMEmbeddings):
+    """Another embedder (its own name, half the dimensions): what a document added before a switch of embedder had."""
+
+    name = "half-minilm-test"
+
+    def embed_documents(self, texts):
+        return [v[:192] for v in super().embed_documents(texts)]
+
+    def embed_query(self, text):
+        return super().embed_query(text)[:192]
+
+
+def test_a_document_embedded_with_another_embedder_says_so_and_is_re_embedded(store, embedder, three_page_pdf, small_model):
+    result = ingest.ingest_pdf(three_page_pdf, store, HalfMiniLM())
+    kept, aside = ingest.kept_pdf_path(result.collection), three_page_pdf.with_name("aside.pdf")
+    app = AppTest.from_file(APP, default_timeout=300).run()
+    assert not app.exception
+    line = f"Embedded with half-minilm-test; this app now embeds with {embedder.name}, so it is left out of searches."
+    assert [shown(w.value) for w in app.sidebar.warning] == [line]
+
+    kept.rename(aside)  # the kept PDF is gone: re-embedding cannot read the pages again
+    app.sidebar.button(key=f"reembed-{result.collection}").click().run()
+    assert not app.exception
+    notice = shown(app.sidebar.error[0].value)
+    assert notice.startswith("**facts.pdf** was not re-embedded.") and "not on this machine" in notice  # ingest's sentence
+    assert ingest.list_documents(store)[0]["embedder"] == "half-minilm-test"
+
+    aside.rename(kept)
+    app.sidebar.button(key=f"reembed-{result.collection}").click().run()
+    assert not app.exception and line not in [shown(w.value) for w in app.sidebar.warning]
+    assert ingest.list_documents(store)[0]["embedder"] == models.embedder_name(embedder)
+    col = ingest.open_collection(store, result.collection, embedder)
+    assert len(col.get(include=["embeddings"], limit=1)["embeddings"][0]) == 384  # really embedded again
+    hits = Retriever(store, embedder).search(QUESTION)
+    assert (hits[0].collection, hits[0].page) == (result.collection, 3)
+
+
+def test_a_page_added_on_another_machine_of_a_shared_store_says_where_its_pdf_is(tmp_path, embedder, three_page_pdf, small_model, monkeypatch):
+    with running_chroma(tmp_path) as port:
+        monkeypatch.setattr(config, "CHROMA_HOST", "127.0.0.1")
+        monkeypatch.setattr(config, "CHROMA_PORT", port)
+        monkeypatch.setattr(config, "CHROMA_PERSIST_DIR", str(tmp_path / "machine-a"))
+        ingest.ingest_pdf(three_page_pdf, ingest.get_client(), embedder)  # machine A adds it and keeps its PDF
+        monkeypatch.setattr(config, "CHROMA_PERSIST_DIR", str(tmp_path / "machine-b"))  # machine B: same server, no PDFs
+        app = AppTest.from_file(APP, default_timeout=300).run()
+        app.chat_input[0].set_value(QUESTION).run()
+        assert not app.exception
+        number = next(n for n, line in enumerate(evidence_lines(app.chat_message[1])) if "railway reached the town in 1889" in line)
+        chip = app.chat_message[1].button_group(key=f"evidence-1-{number}")
+        chip.set_value(chip.options[0]).run()
+    opened = app.chat_message[1]
+    assert not app.exception and not opened.get("image")
+    assert [shown(i.value) for i in opened.info] == [
+        "The PDF of this page is kept on the machine that added it; this machine has no copy, so its page "
+        "cannot be shown here (the text above is from the shared store)."
+    ]

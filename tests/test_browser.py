@@ -1,6 +1,7 @@
 """End to end in a real browser: `streamlit run app.py` on a free localhost port, driven
 by Playwright in Debian's headless Chromium (upload, ask, open a citation, see the page;
-the evidence lines on screen while the model has not yet said a word), and the same with
+the evidence lines on screen while the model has not yet said a word; switch the model
+that answers to one on llama.cpp's server), and the same with
 documents and answers that carry images, links and HTML aimed at a local listener, which
 must hear nothing.
 
@@ -21,7 +22,7 @@ from pathlib import Path
 import pytest
 
 import config
-from conftest import write_text_pdf
+from conftest import SERVER_KEY, SERVER_MODEL, write_text_pdf
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_FLAGS = [
@@ -240,3 +241,25 @@ def test_the_evidence_lines_are_on_screen_before_the_first_word_of_the_answer(se
             assert image.evaluate("img => img.naturalWidth") > 300  # the line's page, rendered
     finally:
         release.set()  # never leave the stand-in's request thread waiting
+
+
+def test_the_model_picker_works_in_the_browser(serve_app, llama_server, tmp_path):
+    """The model picker works in the browser: switch, ask, the answer names the model that wrote it in its details."""
+    app_url = serve_app(OPENAI_BASE_URL=llama_server, OPENAI_API_KEY=SERVER_KEY, LLM_BACKEND="embedded")
+    server_label = f"{SERVER_MODEL} on {llama_server}"
+    pdf = write_text_pdf(tmp_path / "harbour.pdf", ["The railway reached the town in 1889. Trains to the capital took nine hours."])
+    with browser_page(tmp_path) as page:
+        upload_and_wait(page, app_url, pdf)
+        picker = page.get_by_role("combobox", name="Model that answers")
+        expect(picker).to_have_value("embedded Qwen2.5-Coder-0.5B-Instruct Q4")  # the settings' model
+        picker.click()
+        option = page.get_by_role("option", name=server_label, exact=True)  # an option is plain text: the URL as is
+        expect(option).to_be_visible()
+        assert option.locator("a").count() == 0
+        option.click()
+        expect(page.get_by_test_id("stSidebar")).to_contain_text(literally(f"Model: {server_label}"), timeout=60_000)
+        expect(picker).to_have_value(server_label)
+
+        ask(page, "When did the railway reach the town?")
+        answer = page.get_by_test_id("stChatMessage").last
+        expect(answer).to_contain_text(literally(f"Written by {server_label}"), timeout=240_000)

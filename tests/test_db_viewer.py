@@ -13,7 +13,8 @@ from streamlit.testing.v1 import AppTest
 
 import db_viewer
 import ingest
-from conftest import write_text_pdf
+from conftest import shown, write_text_pdf
+from test_ingest import OTHER_EMBEDDER, pretend_made_by
 
 VIEWER = str(Path(__file__).resolve().parents[1] / "db_viewer.py")
 
@@ -82,6 +83,30 @@ def test_delete_needs_confirmation_then_empties_the_store(store, embedder, three
     assert "python ingest.py input_data/pdfs" in app.info[0].value
 
 
+def test_a_document_made_with_another_embedder_is_marked_with_what_to_do(store, embedder, three_page_pdf, tmp_path):
+    facts = ingest.ingest_pdf(three_page_pdf, store, embedder).collection
+    ingest.ingest_pdf(write_text_pdf(tmp_path / "one.pdf", ["A single page about tides."]), store, embedder)
+    pretend_made_by(store, facts)
+    app = run_viewer()
+    table = app.dataframe[0].value
+    embedders = dict(zip(table["document"], table["embedder"]))
+    assert embedders == {"facts.pdf": f"⚠️ {OTHER_EMBEDDER} (not the one in use)", "one.pdf": "all-MiniLM-L6-v2"}
+    assert "embedder in use: all-MiniLM-L6-v2" in shown(app.caption[0].value)
+    marked = [o for o in app.selectbox[0].options if o.endswith("another embedder")]
+    assert len(marked) == 1 and marked[0].startswith("facts.pdf")
+    one = next(o for o in app.selectbox[0].options if o.startswith("one.pdf"))
+    app.selectbox[0].select(one).run()
+    [warning] = [shown(w.value) for w in app.warning]  # under the table, whichever document is open
+    assert warning.startswith(f"'facts.pdf' was embedded with '{OTHER_EMBEDDER}', not with the embedder now in use ('all-MiniLM-L6-v2')")
+    assert "python ingest.py --reembed" in warning and "one.pdf" not in warning
+    app.selectbox[0].select(marked[0]).run()
+    assert not app.exception and [shown(w.value) for w in app.warning] == [warning, warning]  # and above the document
+
+    ingest.reembed_document(store, embedder, facts)
+    app = run_viewer()
+    assert set(app.dataframe[0].value["embedder"]) == {"all-MiniLM-L6-v2"} and not app.warning
+
+
 def test_an_empty_store_shows_the_ingest_command(store):
     app = run_viewer()
     assert "store is empty" in app.info[0].value and "python ingest.py input_data/pdfs" in app.info[0].value
@@ -142,6 +167,9 @@ def test_raw_sample_cuts_embeddings_and_collection_rows_flag_unfinished():
     assert raw["embeddings"] == [{"first_values": [1.0, 1.0], "dimension": 384}]
     rows = db_viewer.collection_rows([{"collection": "pdf_rag_0", "doc_name": "half.pdf", "status": "ingesting", "pages": 3}])
     assert rows[0]["chunks"] is None and "unfinished" in rows[0]["status"] and rows[0]["enriched"] == "0/3"
+    assert db_viewer.embedder_label({"embedder": "all-MiniLM-L6-v2"}, "all-MiniLM-L6-v2") == "all-MiniLM-L6-v2"
+    assert db_viewer.embedder_label({"embedder": "x"}, None) == "x"  # the embedder in use unknown: nothing marked
+    assert db_viewer.embedder_label({}, "all-MiniLM-L6-v2") == "⚠️ (not recorded) (not the one in use)"
 
 
 def viewer_on_facts_beside_one_more(store, embedder, three_page_pdf, tmp_path):

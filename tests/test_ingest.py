@@ -245,12 +245,154 @@ class HalfMiniLM(models.MiniLMEmbeddings):
 def test_opening_with_another_embedder_gives_a_clear_message_and_reingest_reembeds(store, embedder, three_page_pdf):
     result = ingest.ingest_pdf(three_page_pdf, store, embedder)
     other = HalfMiniLM()
-    with pytest.raises(ingest.EmbedderMismatchError, match="Ingest the PDF again"):
+    with pytest.raises(ingest.EmbedderMismatchError, match="cannot be searched until it is re-embedded"):
         ingest.open_collection(store, result.collection, other)
     again = ingest.ingest_pdf(three_page_pdf, store, other)
     assert not again.cached
     col = ingest.open_collection(store, again.collection, other)
     assert len(col.get(include=["embeddings"], limit=1)["embeddings"][0]) == 192
+
+
+# -----------------------------------------------------------------------------
+# Re-embedding a document made with another embedder, from its kept PDF
+
+OTHER_EMBEDDER = "ollama:nomic-embed-text"
+
+
+def pretend_made_by(client, collection_name: str, embedder_name: str = OTHER_EMBEDDER) -> None:
+    """Record another embedder on a collection, as if another embedder had made it (modify replaces
+    the whole metadata, so every other key is written back)."""
+    col = client.get_collection(collection_name)
+    col.modify(metadata={**col.metadata, "embedder": embedder_name})
+
+
+def label_page(client, collection_name: str, page: int, title: str, keywords: str) -> None:
+    """Give one page a title and keywords the way enrich_document writes them."""
+    col = client.get_collection(collection_name)
+    got = col.get(where={"page": page}, include=["metadatas"])
+    col.update(ids=got["ids"], metadatas=[{**m, "title": title, "keywords": keywords, "enriched": True, "label_failed": False}
+                                          for m in got["metadatas"]])
+    col.modify(metadata={**col.metadata, "enriched_pages": 1, "label_failed_pages": 0})
+
+
+def test_reembed_rebuilds_from_the_kept_pdf_under_its_name_and_keeps_its_page_labels(store, embedder, three_page_pdf):
+    name = ingest.ingest_pdf(three_page_pdf, store, embedder, doc_name="Port Elwin facts.pdf").collection
+    label_page(store, name, 2, "The fishing fleet", "cod, haddock, 1911")
+    pretend_made_by(store, name)
+    three_page_pdf.unlink()  # only the kept copy is left
+    [doc] = ingest.list_documents(store)
+    assert ingest.made_with_other_embedder(doc, embedder) and not ingest.made_with_other_embedder(doc, OTHER_EMBEDDER)
+    assert ingest.documents_made_with_other_embedder(store, embedder) == [doc]
+    with pytest.raises(ingest.EmbedderMismatchError, match=f"'Port Elwin facts.pdf' was embedded with '{OTHER_EMBEDDER}'"):
+        ingest.open_collection(store, name, embedder)
+
+    stages = []
+    result = ingest.reembed_document(store, embedder, name, progress=lambda cur, tot, msg: stages.append(msg))
+    assert (result.collection, result.doc_name, result.pages, result.cached) == (name, "Port Elwin facts.pdf", 3, False)
+    assert any(s.startswith("Embedding passages") for s in stages)
+    col = ingest.open_collection(store, name, embedder)  # no mismatch any more
+    assert col.metadata["embedder"] == models.embedder_name(embedder) and col.metadata["status"] == "complete"
+    assert col.metadata["doc_name"] == "Port Elwin facts.pdf" and col.count() == result.chunks
+    assert ingest.kept_pdf_path(name).exists()
+    assert [d["collection"] for d in ingest.list_documents(store, include_incomplete=True)] == [name]  # nothing left beside it
+    assert top_page(col, embedder, "What fish did the harbour's fleet land?") == 2
+    page_two = col.get(where={"page": 2}, include=["metadatas"])["metadatas"]
+    assert all(m["title"] == "The fishing fleet" and m["enriched"] for m in page_two)  # labels come from the text: kept
+    assert col.metadata["enriched_pages"] == 1 and ingest.pages_to_enrich(col) == [1, 3]
+    assert ingest.documents_made_with_other_embedder(store, embedder) == []
+    assert ingest.reembed_document(store, embedder, name).cached  # a second click changes nothing
+
+
+def test_reembed_without_the_kept_pdf_says_so_in_a_sentence_and_deletes_nothing(store, embedder, three_page_pdf):
+    name = ingest.ingest_pdf(three_page_pdf, store, embedder).collection
+    pretend_made_by(store, name)
+    ingest.kept_pdf_path(name).unlink()  # as when another machine added it to a shared server
+    before = store.get_collection(name)
+    with pytest.raises(ingest.IngestError) as err:
+        ingest.reembed_document(store, embedder, name)
+    assert str(err.value) == (
+        "The PDF of 'facts.pdf' is not on this machine, so it cannot be re-embedded here; add the PDF again."
+    )
+    after = store.get_collection(name)
+    assert after.metadata == before.metadata and after.count() == before.count()
+    with pytest.raises(ingest.IngestError, match="not in the store"):
+        ingest.reembed_document(store, embedder, "pdf_rag_" + "0" * 16)
+
+
+def test_a_failed_reembed_leaves_the_document_and_its_pdf_as_they_were(store, embedder, tmp_path, monkeypatch):
+    pdf = write_text_pdf(tmp_path / "ledger.pdf", [f"Ledger page {n}: the harbour dues of year {1900 + n}." for n in range(1, 7)])
+    name = ingest.ingest_pdf(pdf, store, embedder).collection
+    pretend_made_by(store, name)
+    before = store.get_collection(name)
+    monkeypatch.setattr(config, "PAGE_BATCH_SIZE", 2)
+
+    def fail_midway(current: float, total: int, message: str) -> None:  # as when Ollama's embedder goes away
+        if message.startswith("Indexed") and current >= 4:
+            raise models.ModelUnavailableError("Ollama is not answering.")
+
+    with pytest.raises(models.ModelUnavailableError):
+        ingest.reembed_document(store, embedder, name, progress=fail_midway)
+    after = store.get_collection(name)
+    assert after.metadata == before.metadata and after.count() == before.count()  # still whole, still the old embedder
+    assert ingest.kept_pdf_path(name).exists()
+    assert [d["collection"] for d in ingest.list_documents(store, include_incomplete=True)] == [name]
+    assert ingest.reembed_document(store, embedder, name).collection == name  # and it can be tried again
+
+
+REEMBED_CRASHER = """
+import os, signal, sys
+sys.path.insert(0, {repo!r})
+import config, ingest, models
+config.PAGE_BATCH_SIZE = 1
+def die(current, total, message):
+    if message.startswith("Indexed") and current >= 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+ingest.reembed_document(ingest.get_client({store!r}), models.MiniLMEmbeddings(), {name!r}, progress=die)
+"""
+
+
+def test_a_killed_reembed_leaves_the_old_document_whole_and_the_next_one_finishes(store, embedder, tmp_path):
+    pdf = write_text_pdf(tmp_path / "ledger.pdf", [f"Ledger page {n}: the harbour dues of year {1900 + n}." for n in range(1, 5)])
+    name = ingest.ingest_pdf(pdf, store, embedder).collection
+    pretend_made_by(store, name)
+    before = store.get_collection(name)
+    store_dir = ingest.config.CHROMA_PERSIST_DIR
+    script = REEMBED_CRASHER.format(repo=str(REPO), store=store_dir, name=name)
+    env = {**os.environ, "CHROMA_PERSIST_DIR": store_dir, "TMPDIR": str(tmp_path)}  # its temp copy stays in tmp_path
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, timeout=600)
+    assert proc.returncode == -9, proc.stderr.decode()[-2000:]
+
+    half = store.get_collection(name + ingest.REBUILD_SUFFIX)
+    assert half.count() > 0 and not ingest.is_complete(half)  # it really was killed mid-rebuild
+    after, chunks = store.get_collection(name), before.count()
+    assert after.metadata == before.metadata and after.count() == chunks and ingest.kept_pdf_path(name).exists()
+    assert [d["collection"] for d in ingest.list_documents(store)] == [name]  # the old one, as it was
+
+    result = ingest.reembed_document(store, embedder, name)
+    assert not result.cached and result.collection == name
+    assert [d["collection"] for d in ingest.list_documents(store, include_incomplete=True)] == [name]  # leftover gone
+    assert ingest.open_collection(store, name, embedder).count() == chunks
+
+
+def test_cli_reembeds_every_document_made_with_another_embedder_and_reports_each(store, embedder, tmp_path):
+    moved = ingest.ingest_pdf(write_text_pdf(tmp_path / "a.pdf", ["Alpha page about apples."]), store, embedder).collection
+    lost = ingest.ingest_pdf(write_text_pdf(tmp_path / "b.pdf", ["Beta page about bees."]), store, embedder).collection
+    ingest.ingest_pdf(write_text_pdf(tmp_path / "c.pdf", ["Gamma page about goats."]), store, embedder)
+    for name in (moved, lost):
+        pretend_made_by(store, name)
+    ingest.kept_pdf_path(lost).unlink()
+    env = {**os.environ, "CHROMA_PERSIST_DIR": ingest.config.CHROMA_PERSIST_DIR, "EMBED_BACKEND": "embedded"}
+    proc = subprocess.run([sys.executable, str(REPO / "ingest.py"), "--reembed", "--no-enrich"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-2000:]  # one could not be done
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 3  # header, then one line per document made with another embedder
+    a_line = next(line for line in lines if line.startswith("a.pdf (re-embed)"))
+    assert a_line.endswith(f"re-embedded with all-MiniLM-L6-v2 (was {OTHER_EMBEDDER})")
+    b_line = next(line for line in lines if line.startswith("b.pdf (re-embed)"))
+    assert b_line.endswith("FAILED: The PDF of 'b.pdf' is not on this machine, so it cannot be re-embedded here; add the PDF again.")
+    embedders = {d["doc_name"]: d["embedder"] for d in ingest.list_documents(store)}
+    assert embedders == {"a.pdf": "all-MiniLM-L6-v2", "b.pdf": OTHER_EMBEDDER, "c.pdf": "all-MiniLM-L6-v2"}
 
 
 # -----------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from conftest import write_text_pdf
 from rank_bm25 import BM25Okapi
+from test_ingest import OTHER_EMBEDDER, pretend_made_by
 
 import ingest
 from eval_retrieval import abbreviate_names, perturb, reword_years, split_questions
@@ -164,6 +165,36 @@ def test_removing_a_document_removes_it_from_both_legs(store, embedder, catalogu
     assert owners(retriever.keyword("XK-4471B valve lighthouse")) == {facts}
     assert owners(retriever.semantic("XK-4471B valve")) == {facts}
     assert {h.collection for h in retriever.search("XK-4471B valve", k=5)} == {facts}
+
+
+def test_a_document_made_with_another_embedder_is_left_out_of_searches_until_re_embedded(
+    store, embedder, catalogue_pdf, three_page_pdf, caplog
+):
+    catalogue = ingest.ingest_pdf(catalogue_pdf, store, embedder).collection
+    facts = ingest.ingest_pdf(three_page_pdf, store, embedder).collection
+    pretend_made_by(store, facts)
+    retriever = Retriever(store, embedder)
+    with caplog.at_level("WARNING", logger="retriever"):
+        hits = retriever.search("Who kept the lighthouse lamp burning?", k=5)  # no error: the others are searched
+        retriever.refresh()
+        retriever.search("part XK-4471B", k=3)
+    assert hits and {h.collection for h in hits} == {catalogue}
+    assert [(d["collection"], d["embedder"]) for d in retriever.other_embedder_documents()] == [(facts, OTHER_EMBEDDER)]
+    assert retriever.other_embedder_documents(scope=[catalogue]) == []
+    assert len([r for r in caplog.records if facts in r.getMessage()]) == 1  # said once, not per search
+
+    with pytest.raises(ingest.EmbedderMismatchError) as err:  # asked about it alone: say why nothing can be found
+        retriever.search("Who kept the lighthouse lamp burning?", scope=[facts])
+    assert str(err.value).startswith(f"'facts.pdf' was embedded with '{OTHER_EMBEDDER}', not with the embedder now in use")
+    assert "re-embedded" in str(err.value)
+    assert {h.collection for h in retriever.search("lighthouse keeper valve", k=5, scope=[facts, catalogue])} == {catalogue}
+
+    ingest.reembed_document(store, embedder, facts)
+    retriever.refresh()
+    assert retriever.other_embedder_documents() == []
+    top = retriever.search("Who kept the lighthouse lamp burning?", k=3, scope=[facts])[0]
+    assert (top.collection, top.page) == (facts, 1)
+    assert {h.collection for h in retriever.search("lighthouse keeper part XK-4471B", k=8)} == {catalogue, facts}
 
 
 def test_searches_from_several_threads_stay_correct_while_documents_come_and_go(store, embedder, catalogue_pdf, three_page_pdf):
