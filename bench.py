@@ -4,6 +4,7 @@
     python bench.py ingest --big 1000 [--json OUT]
     python bench.py retrieval [--chunks 1000 10000 100000] [--json OUT]
     python bench.py answer [--models qwen2.5-coder-0.5b qwen2.5-coder-1.5b] [--questions 10] [--json OUT]
+    python bench.py answer --backend openai [--model NAME] [--base-url URL] [--questions 10] [--json OUT]
     python bench.py answer --while-labelling [--models ...] [--questions 4] [--seed 17] [--json OUT]
     python bench.py runtime [--models ...] [--rounds 3] [--source-chars 800] [--json OUT]
     python bench.py api [--clients 20] [--ask-clients 4] [--chunks 10000] [--model NAME] [--json OUT]
@@ -30,7 +31,9 @@ lines ready: ``retriever.search`` and ``evidence.best_lines`` together ("time to
 evidence", p50 and p90 over the questions, with the search alone beside it).
 ``answer`` asks the sample questions in ``input_data/`` (R-intro.pdf, cached in
 ``bench_store/answer``) the way the app does (retrieve, fit the context, stream)
-and reports time to first token, generation speed and prompt size per model.
+and reports time to first token, generation speed and prompt size per model. The model is
+any the app can answer with (``--backend embedded|ollama|openai --model NAME``, see
+``add_model_flags``): a model on a GPU server is timed the way the embedded ones are.
 ``api`` starts a real ``uvicorn api:app`` on the scaled store of ``--chunks`` chunks
 (built as for ``retrieval``), sends ``--requests`` bench questions one after another
 from each of ``--clients`` concurrent /api/search clients, then ``--ask-rounds``
@@ -279,6 +282,55 @@ def time_evidence(client, questions: list[str]) -> dict:
 
 
 # -----------------------------------------------------------------------------
+# Which chat model a measurement uses (bench.py answer, eval_answers.py): the same flags for both
+
+BACKENDS = ("embedded", "ollama", "openai")
+
+
+def add_model_flags(parser: argparse.ArgumentParser, default_models: list[str]) -> None:
+    """``--models`` (embedded names or choice ids), or ``--backend B [--model NAME]`` for one model, and ``--base-url``."""
+    parser.add_argument("--models", nargs="+", default=default_models,
+                        help="embedded model names, or choice ids such as openai:NAME (ignored with --backend/--model)")
+    parser.add_argument("--backend", choices=BACKENDS,
+                        help="measure one model of this backend instead of --models (openai: OPENAI_BASE_URL, OPENAI_API_KEY)")
+    parser.add_argument("--model", help="the model's name on --backend (default: embedded EMBEDDED_LLM, ollama LLM_MODEL, "
+                                        "openai the server's first model); without --backend, an embedded name")
+    parser.add_argument("--base-url", help="the OpenAI-compatible server's /v1 address (default: OPENAI_BASE_URL)")
+
+
+def as_choice(name: str) -> str:
+    """as_choice("qwen2.5-coder-0.5b") -> "embedded:qwen2.5-coder-0.5b"; a choice id ("openai:qwen-7b") stays as it is.
+    as_choice("llama3.2:3b") -> "embedded:llama3.2:3b": only a backend's name before the colon makes a choice id."""
+    return name if name.partition(":")[0] in BACKENDS else f"embedded:{name}"
+
+
+def model_choices(args: argparse.Namespace) -> list[str]:
+    """The choice ids (models.get_chat_model's names) the flags ask for, in order; ``--base-url`` is applied to config.
+
+    --backend openai --model qwen-7b -> ["openai:qwen-7b"]; --backend openai -> ["openai:"] (the server's first model);
+    --model qwen2.5-coder-0.5b -> ["embedded:qwen2.5-coder-0.5b"]; neither -> --models, each through ``as_choice``.
+    """
+    if args.base_url:
+        config.OPENAI_BASE_URL = args.base_url
+    if not (args.backend or args.model):
+        return [as_choice(name) for name in args.models]
+    backend = args.backend or "embedded"
+    name = args.model or {"embedded": config.EMBEDDED_LLM, "ollama": config.LLM_MODEL or config.OLLAMA_DEFAULT_LLM}.get(backend, "")
+    return [f"{backend}:{name}"]
+
+
+def choice_of(llm) -> str:
+    """The choice id of a loaded chat model, its name filled in ("openai:" -> "openai:qwen-7b", the server's model)."""
+    import models
+
+    if isinstance(llm, models.EmbeddedChatModel):
+        return f"embedded:{llm.model_name}"
+    if isinstance(llm, models.ServerChatModel):
+        return f"openai:{llm.model_name}"
+    return f"ollama:{getattr(llm, 'model', '?')}"
+
+
+# -----------------------------------------------------------------------------
 # Answering speed
 
 
@@ -304,10 +356,13 @@ def stream_answer(llm, retriever, question: str, first_token_only: bool = False)
 
     with models.QUESTIONS.asking():
         t0 = time.perf_counter()
-        sources = qa.fit_sources(question, retriever.search(question), [], llm.count_tokens, config.LLM_N_CTX, config.LLM_MAX_TOKENS)
+        sources = qa.fit_sources(question, retriever.search(question), [], lambda text: models.count_tokens(llm, text),
+                                 models.context_length(llm), config.LLM_MAX_TOKENS)
         messages = qa.build_messages(question, sources, [])
         first, text, pieces = None, "", llm.stream(messages)
         for chunk in pieces:
+            if not chunk.content:  # a server opens (and closes) its stream with empty chunks: not a token
+                continue
             first = first or time.perf_counter()
             text += chunk.content
             if first_token_only:
@@ -317,27 +372,30 @@ def stream_answer(llm, retriever, question: str, first_token_only: bool = False)
     return {"messages": messages, "first_token_s": first - t0, "text": text, "first": first, "end": end, "t0": t0}
 
 
-def time_answers(model_name: str, questions: list[str]) -> dict:
-    """Median time to first token, tokens/s and prompt size of one embedded model."""
+def time_answers(choice: str, questions: list[str]) -> dict:
+    """Median time to first token, tokens/s and prompt size of one chat model (a choice id, see ``model_choices``).
+    Tokens are counted by llama.cpp where the model runs on it, else estimated (``models.count_tokens``)."""
     import statistics
 
     import models
 
     _, retriever = answer_store()
     t = time.perf_counter()
-    llm = models.EmbeddedChatModel.load(model_name)
-    load_s = time.perf_counter() - t
+    llm = models.get_chat_model(choice)
+    load_s = time.perf_counter() - t  # for a server: asking it for the model, its context length and /tokenize
+    count = lambda text: models.count_tokens(llm, text)  # noqa: E731
     samples = {"prompt_tokens": [], "first_token_s": [], "tokens_per_s": [], "answer_tokens": [], "total_s": []}
     for question in questions:
         run = stream_answer(llm, retriever, question)
-        answer_tokens = llm.count_tokens(run["text"])
-        samples["prompt_tokens"].append(sum(llm.count_tokens(m.content) for m in run["messages"]))
+        answer_tokens = count(run["text"])
+        samples["prompt_tokens"].append(sum(count(m.content) for m in run["messages"]))
         samples["first_token_s"].append(run["first_token_s"])
         samples["tokens_per_s"].append((answer_tokens - 1) / max(run["end"] - run["first"], 1e-9))
         samples["answer_tokens"].append(answer_tokens)
         samples["total_s"].append(run["end"] - run["t0"])
-    row = {"model": model_name, "questions": len(questions), "load_s": round(load_s, 1)}
+    row = {"model": choice_of(llm), "label": models.chat_model_label(llm), "questions": len(questions), "load_s": round(load_s, 1)}
     row.update({f"median_{k}": round(statistics.median(v), 1) for k, v in samples.items()})
+    models.forget_chat_models()  # the next model is not loaded beside this one
     return row
 
 
@@ -721,7 +779,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--enrich-pages", type=int, default=0, help="also time LLM labels on the first N pages")
         p.add_argument("--json", type=Path, help="write the rows here")
     p = sub.add_parser("answer")
-    p.add_argument("--models", nargs="+", default=["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
+    add_model_flags(p, ["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
     p.add_argument("--questions", type=int, default=10, help="how many of input_data's questions to ask")
     p.add_argument("--while-labelling", action="store_true", help="first token with page labelling idle vs running")
     p.add_argument("--seed", type=int, default=17, help="when, into the labelling, each question arrives")
@@ -761,14 +819,17 @@ def main(argv: list[str] | None = None) -> int:
         path = Path(config.INPUT_DATA_DIR) / "eval_questions.json"
         every_question = [q["question"] for q in json.loads(path.read_text())]
         questions = every_question[: args.questions]
+        choices = model_choices(args)
         if args.while_labelling:
+            if any(not c.startswith("embedded:") for c in choices):
+                parser.error("--while-labelling measures the embedded model giving way to questions: use embedded models")
             fresh = every_question[args.questions : args.questions + 2]
-            rows = [time_answers_while_labelling(name, questions, fresh, args.seed) for name in args.models]
+            rows = [time_answers_while_labelling(c.partition(":")[2], questions, fresh, args.seed) for c in choices]
             print_table([[k for k in rows[0] if k != "pairs"]] + [[v for k, v in r.items() if k != "pairs"] for r in rows])
             if args.json:
                 args.json.write_text(json.dumps({"answer_while_labelling": rows}, indent=2))
             return 0
-        rows = [time_answers(name, questions) for name in args.models]
+        rows = [time_answers(choice, questions) for choice in choices]
         print_table([list(rows[0])] + [list(r.values()) for r in rows])
         if args.json:
             args.json.write_text(json.dumps({"answer": rows}, indent=2))

@@ -1,9 +1,10 @@
-"""Score whole answers on questions with known answers, per embedded chat model.
+"""Score whole answers on questions with known answers, per chat model.
 
     python eval_answers.py [--questions FILE] [--pdf-dir DIR] [--answerable 40] [--unanswerable 20]
                            [--models qwen2.5-coder-0.5b qwen2.5-coder-1.5b] [--out rows.jsonl]
                            [--dev [--docs PDF...] [--seed N]] [--context-only]
                            [--evidence Table] [--extractor NAME]
+    python eval_answers.py --backend openai [--model NAME] [--base-url URL] [...]   (one model on a server)
     python eval_answers.py --recheck rows.jsonl [--labels judgments.jsonl]
     python eval_answers.py --replay rows.jsonl... [--in-context] [--models ...] [--out replayed.jsonl]
 
@@ -11,6 +12,15 @@ Data flow: a fixed, seeded sample of answerable and unanswerable questions ->
 ingest their PDFs (cached in the evaluation store) -> for each model, qa.ask
 scoped to the question's document -> one JSON row per answer (written as it
 finishes, so an interrupted run still reports) -> a table per model.
+
+A model is any the app can answer with, named by its choice id (``models.get_chat_model``):
+``--models`` takes embedded names (the default: both embedded models) or choice ids
+("openai:qwen2.5-7b"); ``--backend embedded|ollama|openai --model NAME`` measures one model
+(openai: the server at OPENAI_BASE_URL, or ``--base-url``, with OPENAI_API_KEY), so a model
+on a GPU server is judged by the same judge on the same questions. Each row names its model
+("model", the choice id) and "model_label" (as the app shows it); "written_by" is the model
+that wrote that answer's text, None when no model did (a refusal before the model, a result
+worked out in code).
 
 Beside correct and refused answers, each model's table gives evidence@3 of the lines the answer
 showed (``answer.evidence``), judged by ``eval_retrieval.evidence_shown`` over the answerable
@@ -59,6 +69,7 @@ import eval_retrieval
 import ingest
 import models
 import qa
+from bench import add_model_flags, as_choice, choice_of, model_choices
 from retriever import Hit, Retriever
 
 BENCH = config.BASE_DIR.parent / "shared" / "bench" / "mmlongbench" / "questions.jsonl"
@@ -243,12 +254,12 @@ def citation_precision(pairs: list[dict], labels: dict[str, bool]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Answer-level evaluation per embedded model.")
+    parser = argparse.ArgumentParser(description="Answer-level evaluation per chat model.")
     parser.add_argument("--questions", type=Path, default=BENCH)
     parser.add_argument("--pdf-dir", type=Path)
     parser.add_argument("--answerable", type=int, default=EVAL_SAMPLE[0])
     parser.add_argument("--unanswerable", type=int, default=EVAL_SAMPLE[1])
-    parser.add_argument("--models", nargs="+", default=["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
+    add_model_flags(parser, ["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
     parser.add_argument("--store", type=Path, default=eval_retrieval.DEFAULT_STORE)
     parser.add_argument("--out", type=Path, default=Path("eval_answers.jsonl"))
     parser.add_argument("--evidence", help="only questions with this evidence source, e.g. Table (the sample is drawn from them)")
@@ -267,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --replay: only unanswerable questions and those whose answer reached the model")
     args = parser.parse_args(argv)
     if args.replay:
-        return replay(args.replay, args.questions, args.models, args.in_context, args.out)
+        return replay(args.replay, args.questions, model_choices(args), args.in_context, args.out)
     if args.recheck:
         return recheck(args.recheck, args.labels, args.pairs, args.questions)
     config.setup_logging(logging.WARNING)
@@ -290,8 +301,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     results = {}
     with open(args.out, "a", encoding="utf-8") as out:
-        for name in args.models:
-            llm = models.EmbeddedChatModel.load(name)
+        for choice in model_choices(args):
+            llm = models.get_chat_model(choice)
+            name, label = choice_of(llm), models.chat_model_label(llm)  # "openai:" -> "openai:<the server's model>"
             rows = []
             for i, q in enumerate(questions, 1):
                 col = collections[q["doc"]]
@@ -299,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
                 gold_texts = eval_retrieval.gold_page_texts(q, col, retriever)
                 row = {
                     "model": name,
+                    "model_label": label,
+                    "written_by": answer.model,
                     "question": q["question"],
                     "gold": q.get("answer"),
                     "answerable": bool(q["pages"]),
@@ -338,9 +352,10 @@ def main(argv: list[str] | None = None) -> int:
                 out.flush()
                 sys.stderr.write(f"\r{name}: {i}/{len(questions)} answered")
             sys.stderr.write("\n")
-            results[name] = summarise(rows)
+            results[name] = {"model_label": label, **summarise(rows)}
             print(name, json.dumps(results[name]))
             del llm
+            models.forget_chat_models()  # the next model is not loaded beside this one
     return 0
 
 
@@ -409,9 +424,9 @@ def recheck(rows_path: Path, labels_path: Path, pairs_out: Path | None, question
     if pairs_out:
         pairs_out.write_text("".join(json.dumps(p, ensure_ascii=False) + "\n" for p in judging_pairs(rows, embedder)))
     labels = load_labels(labels_path)
-    for model in sorted({r["model"] for r in rows}):
-        mine = [r for r in rows if r["model"] == model]
-        shown = [p for p in pairs if p["model"] == model]
+    for model in sorted({as_choice(r["model"]) for r in rows}):
+        mine = [r for r in rows if as_choice(r["model"]) == model]
+        shown = [p for p in pairs if as_choice(p["model"]) == model]
         report = {**summarise(mine), "by_category": by_category(mine, categories),
                   "verified_share_now": round(sum(p["verified"] for p in shown) / len(shown), 3) if shown else None,
                   "verified_on_gold_page_now": round(sum(p["gold_page"] for p in shown if p["verified"])
@@ -447,19 +462,21 @@ def replay_summary(rows: list[dict]) -> dict:
     }
 
 
-def replay(rows_paths: list[Path], questions_path: Path, model_names: list[str], only_in_context: bool, out_path: Path) -> int:
+def replay(rows_paths: list[Path], questions_path: Path, choices: list[str], only_in_context: bool, out_path: Path) -> int:
     """Re-ask each stored row's passages with today's prompts, judge the new answers and print before and
-    after per model. A question stored twice is asked once. A refusal gets the second look only where the row
+    after per model (``choices``: choice ids; a row stored under an embedded model's bare name is that model's).
+    A question stored twice is asked once. A refusal gets the second look only where the row
     kept its passages' retrieval similarity (older rows did not): for those this measures the first reply."""
     config.setup_logging(logging.WARNING)
     bench = {q["question"]: q for q in eval_retrieval.load_questions(questions_path)}
     stored = [row for path in rows_paths for row in read_rows(path)]
     with tempfile.TemporaryDirectory() as empty, open(out_path, "a", encoding="utf-8") as out:
         retriever = Retriever(ingest.get_client(empty), models.get_embeddings())  # only its embedder is used
-        for name in model_names:
-            llm, rows, asked = models.EmbeddedChatModel.load(name), [], set()
+        for choice in choices:
+            llm, rows, asked = models.get_chat_model(choice), [], set()
+            name = choice_of(llm)
             for row in stored:
-                if row["model"] != name or row["question"] in asked:
+                if as_choice(row["model"]) != name or row["question"] in asked:
                     continue
                 if only_in_context and row["answerable"] and not answer_reached_the_model(row):
                     continue
@@ -478,6 +495,8 @@ def replay(rows_paths: list[Path], questions_path: Path, model_names: list[str],
                 sys.stderr.write(f"\r{name}: {len(rows)} replayed")
             sys.stderr.write("\n")
             print(name, json.dumps(replay_summary(rows), ensure_ascii=False))
+            del llm
+            models.forget_chat_models()
     return 0
 
 

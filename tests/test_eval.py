@@ -1,10 +1,15 @@
-"""The evidence measures of the evaluation scripts: evidence@3 (eval_retrieval, eval_answers) and time to evidence (bench)."""
+"""The evidence measures of the evaluation scripts: evidence@3 (eval_retrieval, eval_answers) and time to evidence (bench);
+which chat model eval_answers and bench measure (any backend, named the same way)."""
 
 from __future__ import annotations
 
-from conftest import write_text_pdf
+import argparse
+import json
+
+from conftest import FACT_PAGES, SERVER_KEY, SERVER_MODEL, write_text_pdf
 
 import bench
+import config
 import eval_answers
 import eval_retrieval
 import ingest
@@ -124,3 +129,49 @@ def test_bench_times_question_to_evidence_lines(store, embedder, three_page_pdf,
     row = bench.time_evidence(store, ["Who kept the lighthouse?", "What did the fleet land?", "When did the railway come?"])
     assert row["pages"] == 3
     assert 0 < row["search_p50_ms"] < row["evidence_p50_ms"] <= row["evidence_p90_ms"]
+
+
+def test_the_model_flags_name_one_model_of_a_backend_or_keep_the_list_of_embedded_names(monkeypatch):
+    parser = argparse.ArgumentParser()
+    bench.add_model_flags(parser, ["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
+    monkeypatch.setattr(config, "OPENAI_BASE_URL", "")
+
+    def choose(*flags: str) -> list[str]:
+        return bench.model_choices(parser.parse_args(list(flags)))
+
+    assert choose() == ["embedded:qwen2.5-coder-0.5b", "embedded:qwen2.5-coder-1.5b"]  # today's default, unchanged
+    assert choose("--models", "qwen2.5-coder-0.5b", "openai:qwen-7b", "ollama:llama3.2:3b") == [
+        "embedded:qwen2.5-coder-0.5b", "openai:qwen-7b", "ollama:llama3.2:3b"]
+    assert choose("--model", "qwen2.5-coder-0.5b") == ["embedded:qwen2.5-coder-0.5b"]  # a bare --model is an embedded one
+    assert choose("--backend", "embedded") == [f"embedded:{config.EMBEDDED_LLM}"]
+    assert choose("--backend", "openai") == ["openai:"]  # the server's first model
+    assert config.OPENAI_BASE_URL == ""
+    assert choose("--backend", "openai", "--model", "qwen-7b", "--base-url", "http://gpu:8080/v1") == ["openai:qwen-7b"]
+    assert config.OPENAI_BASE_URL == "http://gpu:8080/v1"
+
+
+def test_eval_answers_judges_a_model_on_an_openai_compatible_server(tmp_path, embedder, llama_server, monkeypatch, capsys):
+    (tmp_path / "pdfs").mkdir()
+    write_text_pdf(tmp_path / "pdfs" / "facts.pdf", FACT_PAGES)
+    questions = tmp_path / "questions.json"
+    questions.write_text(json.dumps([{"question": "Who was the lighthouse keeper of Port Elwin?", "doc": "facts.pdf", "pages": [1],
+                                      "answer": "Margaret Tolland", "category": "Pure-text (Plain-text)"}]))
+    # main() sets the store and the server's address in config: set here first, so both are put back after the test
+    for name, value in {"CHROMA_PERSIST_DIR": "", "OPENAI_BASE_URL": "", "OPENAI_API_KEY": SERVER_KEY}.items():
+        monkeypatch.setattr(config, name, value)
+    monkeypatch.setattr(config, "setup_logging", lambda *args: None)  # no handlers on the test run's root logger
+    monkeypatch.setattr(models, "get_embeddings", lambda: embedder)
+    out = tmp_path / "rows.jsonl"
+
+    code = eval_answers.main(["--questions", str(questions), "--store", str(tmp_path / "store"), "--out", str(out),
+                              "--answerable", "1", "--unanswerable", "0",
+                              "--backend", "openai", "--model", SERVER_MODEL, "--base-url", llama_server])
+
+    assert code == 0
+    [row] = eval_answers.read_rows(out)
+    label = f"{SERVER_MODEL} on {llama_server}"
+    assert row["model"] == f"openai:{SERVER_MODEL}" and row["model_label"] == label
+    assert row["written_by"] == label and row["answer"] and row["page_hit"]  # the server's model wrote the answer judged
+    printed = capsys.readouterr().out.strip().splitlines()[-1]
+    assert printed.startswith(f"openai:{SERVER_MODEL} ")
+    assert json.loads(printed.partition(" ")[2])["model_label"] == label
