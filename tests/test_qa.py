@@ -814,14 +814,14 @@ def test_replay_re_asks_the_stored_passages_and_compares_with_the_stored_answers
     questions = [{"question": "What is the staff door code?", "answer": "4711", "doc": "notice.pdf", "pages": [1], "category": "Pure-text"},
                  {"question": "How many doors are there?", "answer": "12", "doc": "notice.pdf", "pages": [1], "category": "Pure-text"}]
     (tmp_path / "q.jsonl").write_text("".join(json.dumps(q) + "\n" for q in questions))
-    stored = [{"model": "m", "question": q["question"], "gold": q["answer"], "answerable": True, "answer_in_context": True,
+    stored = [{"model": "qwen2.5-coder-0.5b", "question": q["question"], "gold": q["answer"], "answerable": True, "answer_in_context": True,
                "answer": prompts.REFUSAL, "refused": True, "correct": True,  # a stale verdict: today's judge reads it again
                "sources": [{"n": 1, "page": 1, "gold_page": True, "text": notice + " Door 12 is locked."}]} for q in questions]
     rows = tmp_path / "rows.jsonl"
     rows.write_text("".join(json.dumps(r) + "\n" for r in stored + stored[:1]))  # a question stored twice is asked once
     out = tmp_path / "replayed.jsonl"
     assert eval_answers.main(["--replay", str(rows), "--in-context", "--questions", str(tmp_path / "q.jsonl"),
-                              "--models", "m", "--out", str(out)]) == 0
+                              "--models", "qwen2.5-coder-0.5b", "--out", str(out)]) == 0
     (row,) = [json.loads(line) for line in out.read_text().splitlines()]  # the count "12" is no evidence of context: left out
     assert row["question"] == "What is the staff door code?" and row["before_refused"] and not row["before_correct"]
     assert "4711" in row["answer"] and row["correct"] and not row["refused"]
