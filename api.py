@@ -17,6 +17,10 @@
                                                  and evidence lines at the end of the reply); its
                                                  models: API_MODEL_ID (the default) and each choice id
     GET /api/health                          store, default chat model, embedder, Ollama
+    GET/POST /api/conversations, GET/PATCH/DELETE /api/conversations/{id}, GET .../{id}/export
+                                             conversations.py: the chats kept beside the store (the app's
+                                             too); "conversation" in /api/ask appends the question and
+                                             its answer to one when the answer is out
 
 Every error is JSON ``{"error": {"message": ..., "status": ...}}`` (OpenAI's shape, so
 its client libraries show the message) with the same plain sentence the app shows and
@@ -27,12 +31,18 @@ connection cut, slower than LLM_TIMEOUT) is the same: a sentence, and the next
 question is answered. With
 API_TOKEN set every request needs it as a bearer token; without it only requests whose
 Host header is local are served (so a web page cannot reach this server by DNS tricks).
+Token or not, a request that changes something (any method but GET, HEAD, OPTIONS) which a
+browser sent for a page of another origin (its Origin or Sec-Fetch-Site says so) is refused
+with 403: a form or no-cors fetch on a page elsewhere cannot upload, delete or ask. Bodies are
+counted as they arrive: past MAX_FILE_MB a file is deleted, past API_MAX_FILES files or
+API_MAX_REQUEST_MB (API_MAX_JSON_MB for JSON) the request is refused with 413 at once.
 A document's id is its collection name, the same one the app and the CLIs use.
 
 Deliberately simple: questions are answered one at a time in arrival order (the
 embedded model has a single context anyway, and a queue is fair where a lock is not);
 uploads are ingested one at a time; jobs live in memory, so a restart forgets them
-(the documents themselves are in the store).
+(the documents themselves are in the store), and a finished job is forgotten after
+API_JOB_KEEP_SECONDS or beyond the API_JOB_KEEP_COUNT most recent.
 """
 
 from __future__ import annotations
@@ -47,22 +57,27 @@ import tempfile
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import aclosing, asynccontextmanager, closing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, BinaryIO, Literal
+from urllib.parse import urlsplit
 
 import httpx
-from fastapi import Depends, FastAPI, File, Query, Request, UploadFile
+from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.sse import format_sse_event
 from pydantic import BaseModel, Field
+from python_multipart.exceptions import FormParserError
+from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import config
+import conversations
 import evidence
 import extract
 import ingest
@@ -153,17 +168,145 @@ def access_refused(headers: Headers) -> JSONResponse | None:
     return None
 
 
+# A page on any site can make the browser POST here without asking first (a plain HTML form, or
+# fetch with mode "no-cors"): the Host check passes, since the request really goes to 127.0.0.1,
+# and a token does not help a browser that holds none. But browsers say who asks: Origin on every
+# POST, PUT, PATCH and DELETE, and Sec-Fetch-Site. Programs (curl, scripts, the OpenAI client) send neither.
+_SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
+_OWN_SITE = {"same-origin", "none"}  # Sec-Fetch-Site of this server's own pages (/docs) and of a typed address
+CROSS_SITE_MESSAGE = (
+    "Refused: a web page of another site sent this request through a browser. This server takes changes "
+    "(uploads, deletions, questions, searches) only from programs such as curl or the OpenAI client, "
+    "and from its own pages (/docs)."
+)
+
+
+def origin_of(scheme: str, host: str) -> tuple[str, str, int] | None:
+    """(scheme, host, port) as a browser compares origins; None when it is no origin.
+
+    origin_of("http", "localhost:8765") -> ("http", "localhost", 8765); origin_of("https", "[::1]") -> ("https", "::1", 443)
+    """
+    try:
+        url = urlsplit(f"{scheme.strip().lower()}://{host.strip()}")
+        return url.scheme, url.hostname or "", url.port or {"http": 80, "https": 443}.get(url.scheme, 0)
+    except ValueError:  # a port that is not a number
+        return None
+
+
+def from_another_site(scope, headers: Headers) -> bool:
+    """Whether a browser sent this request for a page that is not this server's own: its
+    Sec-Fetch-Site is present and not same-origin/none (another port of localhost is "same-site",
+    and foreign too), or its Origin is present and not the scheme://host:port it was sent to."""
+    site = headers.get("sec-fetch-site")
+    if site is not None and site.strip().lower() not in _OWN_SITE:
+        return True
+    origin = headers.get("origin")
+    if origin is None:
+        return False
+    scheme, _, host = origin.partition("://")
+    own = origin_of(scope.get("scheme", "http"), headers.get("host", ""))
+    return own is None or not host or origin_of(scheme, host) != own  # Origin "null" (a sandboxed page) too
+
+
+def cross_site_refused(scope, headers: Headers) -> JSONResponse | None:
+    """The 403 for a request that would change something (any method but GET, HEAD, OPTIONS: uploads,
+    deletions, questions, searches) sent by a page of another site; None to serve it. Token or not."""
+    if scope["method"] in _SAFE_METHODS or not from_another_site(scope, headers):
+        return None
+    log.warning(
+        "Refused %s %s from another site (Origin %r, Sec-Fetch-Site %r)",
+        scope["method"], scope["path"], headers.get("origin"), headers.get("sec-fetch-site"),
+    )
+    return error_response(403, CROSS_SITE_MESSAGE)
+
+
 class AccessCheck:
-    """ASGI middleware applying ``access_refused`` to every HTTP request (streams pass through untouched)."""
+    """ASGI middleware applying ``access_refused``, then ``cross_site_refused``, to every HTTP request
+    (streams pass through untouched). A refused request's body is never read."""
 
     def __init__(self, app):
         self.app = app
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and (refusal := access_refused(Headers(scope=scope))) is not None:
-            await refusal(scope, receive, send)
-            return
+        if scope["type"] == "http":
+            headers = Headers(scope=scope)
+            refusal = access_refused(headers) or cross_site_refused(scope, headers)
+            if refusal is not None:
+                await refusal(scope, receive, send)
+                return
         await self.app(scope, receive, send)
+
+
+# -----------------------------------------------------------------------------
+# Bounded input: a body is counted as it arrives, and refused (413) once over its limit
+
+
+class BodyTooLarge(ApiError):
+    def __init__(self, message: str):
+        super().__init__(413, message)
+
+
+def body_limit(headers: Headers) -> tuple[int, str]:
+    """The most bytes this request's body may hold, and the sentence for one that holds more:
+    API_MAX_REQUEST_MB for an upload (multipart/form-data), API_MAX_JSON_MB for any other body."""
+    if headers.get("content-type", "").strip().lower().startswith("multipart/form-data"):
+        mb = config.API_MAX_REQUEST_MB
+        return mb * 2**20, (
+            f"This upload is over {mb} MB, the limit for one request with all its files (setting API_MAX_REQUEST_MB); "
+            "nothing was added. Send the files in several requests."
+        )
+    mb = config.API_MAX_JSON_MB
+    return mb * 2**20, f"This request's body is over {mb} MB, the limit (setting API_MAX_JSON_MB)."
+
+
+class BodyLimit:
+    """ASGI middleware: a body over ``body_limit`` ends in 413 as soon as that is known: at once when
+    Content-Length says so (the body is never read), else when the bytes received so far pass the limit
+    (a chunked body): the app's read then fails, and whatever it would reply is replaced by the 413.
+    The server reads past the rest of such a body without keeping it, so the client gets the reply."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        limit, message = body_limit(headers)
+        declared = headers.get("content-length", "").strip()
+        if declared.isdigit() and int(declared) > limit:
+            log.warning("Refused %s %s: Content-Length %s is over the limit of %d bytes", scope["method"], scope["path"], declared, limit)
+            await error_response(413, message)(scope, receive, send)
+            return
+        received, over, started = 0, False, False
+
+        async def counted_receive():
+            nonlocal received, over
+            event = await receive()
+            if event["type"] == "http.request":
+                received += len(event.get("body", b""))
+                if received > limit:
+                    if not over:
+                        log.warning("Refused %s %s: its body passed the limit of %d bytes", scope["method"], scope["path"], limit)
+                    over = True
+                    raise BodyTooLarge(message)
+            return event
+
+        async def guarded_send(event):
+            nonlocal started
+            if over:  # the app's reply to a read that failed: the 413 below replaces it
+                return
+            started = started or event["type"] == "http.response.start"
+            await send(event)
+
+        try:
+            await self.app(scope, counted_receive, guarded_send)
+        except Exception:
+            if not over:
+                raise
+        if over and not started:
+            await error_response(413, message)(scope, receive, send)
 
 
 # -----------------------------------------------------------------------------
@@ -183,6 +326,7 @@ class IngestJob:
     status: int | None = None  # the HTTP status of the error, when failed
     result: dict = field(default_factory=dict)
     version: int = 0  # bumped on every change, so the event stream knows when to send
+    finished_at: float | None = None  # time.monotonic() when it ended (done or failed)
 
     def report(self, current: int, total: int, message: str) -> None:
         """ingest's progress callback: page ``current`` of ``total``, and what is happening."""
@@ -191,6 +335,7 @@ class IngestJob:
 
     def finish(self, state: str, message: str, status: int | None = None, **result) -> None:
         self.state, self.message, self.status, self.result = state, message, status, result
+        self.finished_at = time.monotonic()
         self.version += 1
 
     def to_json(self) -> dict:
@@ -209,20 +354,47 @@ class IngestJob:
 
 
 class IngestWorker:
-    """Ingests queued uploads one at a time in a background thread; jobs are kept for lookup."""
+    """Ingests queued uploads one at a time in a background thread; jobs are kept for lookup, a
+    finished one for API_JOB_KEEP_SECONDS and only the API_JOB_KEEP_COUNT most recent (``prune``)."""
+
+    FORGOTTEN_KEPT = 10_000  # ids of pruned jobs remembered, so their 404 can say why
 
     def __init__(self, library: Library):
         self.library = library
         self.jobs: dict[str, IngestJob] = {}
+        self.forgotten: OrderedDict[str, str] = OrderedDict()  # pruned job id -> its document id
+        self._lock = threading.Lock()  # jobs is changed by request threads and the worker
         self._queue: queue.Queue[IngestJob] = queue.Queue()
         threading.Thread(target=self._work, name="ingest-worker", daemon=True).start()
 
     def submit(self, job: IngestJob) -> None:
-        self.jobs[job.id] = job
+        with self._lock:
+            self.jobs[job.id] = job
+            self._prune()
         self._queue.put(job)
 
+    def job(self, job_id: str) -> IngestJob | None:
+        with self._lock:
+            self._prune()
+            return self.jobs.get(job_id)
+
     def busy_with(self, document_id: str) -> IngestJob | None:
-        return next((j for j in self.jobs.values() if j.document_id == document_id and j.state in ("queued", "running")), None)
+        with self._lock:
+            jobs = list(self.jobs.values())
+        return next((j for j in jobs if j.document_id == document_id and j.state in ("queued", "running")), None)
+
+    def _prune(self) -> None:
+        """Forget finished jobs older than API_JOB_KEEP_SECONDS, and the oldest beyond API_JOB_KEEP_COUNT
+        (queued and running jobs are kept). Called with the lock held."""
+        now = time.monotonic()
+        finished = sorted((j for j in self.jobs.values() if j.finished_at is not None), key=lambda j: j.finished_at)
+        excess = len(finished) - max(config.API_JOB_KEEP_COUNT, 0)
+        for n, job in enumerate(finished):
+            if n < excess or now - job.finished_at > config.API_JOB_KEEP_SECONDS:
+                del self.jobs[job.id]
+                self.forgotten[job.id] = job.document_id
+        while len(self.forgotten) > self.FORGOTTEN_KEPT:
+            self.forgotten.popitem(last=False)
 
     def _work(self) -> None:
         while True:  # a daemon thread: it ends with the process
@@ -231,6 +403,8 @@ class IngestWorker:
                 self._ingest(job)
             finally:
                 shutil.rmtree(job.path.parent, ignore_errors=True)
+                with self._lock:
+                    self._prune()
 
     def _ingest(self, job: IngestJob) -> None:
         lib = self.library
@@ -261,6 +435,7 @@ class Question:
     scope: list[str] | None
     k: int | None
     model: str | None = None  # a choice id checked by check_model; None: the settings' default
+    conversation: str | None = None  # a conversation id: the question and its answer are appended to it
 
 
 class AnswerJob:
@@ -366,7 +541,10 @@ class AnswerWorker:
                         return
                     if piece:
                         job.emit("token", {"text": piece})
-            job.emit("answer", answer_json(stream.result, job.model_id))
+            answer = answer_json(stream.result, job.model_id)
+            if q.conversation:  # kept before the client hears of it: a GET after the answer finds it
+                answer["conversation"] = save_exchange(q, stream, job.model_id)
+            job.emit("answer", answer)
         except Exception as err:  # any failure becomes the request's error event; the worker goes on
             status, message = status_and_message(err)
             log.warning("Answering %r with %s failed: %s", q.text, job.model_id or "the default model", message)
@@ -521,6 +699,7 @@ app = FastAPI(
     summary="Upload PDFs, search them and ask questions with checked page citations.",
     lifespan=lifespan,
 )
+app.add_middleware(BodyLimit)  # inside AccessCheck: a refused request's body is never read
 app.add_middleware(AccessCheck)
 
 
@@ -560,49 +739,213 @@ def upload_name(filename: str | None) -> str:
     return name if name not in ("", ".", "..") else "upload.pdf"
 
 
-def save_upload(upload: UploadFile, folder: Path) -> IngestJob:
-    """Save an upload into ``folder`` (under its own name, which errors then show) and check it
-    opens as a PDF; a queued job for it. Raises the IngestError saying what is wrong with the file.
-    """
-    path = folder / upload_name(upload.filename)
-    with open(path, "wb") as out:
-        shutil.copyfileobj(upload.file, out, 1 << 20)
-    extract.open_pdf(path).close()
-    return IngestJob(file=path.name, path=path, document_id=ingest.collection_name_for(ingest.file_sha256(path)))
+NO_FILES = (
+    "Send the PDFs as multipart/form-data, each in a part named 'files' "
+    "(curl -F files=@report.pdf http://127.0.0.1:8765/api/documents)."
+)
 
 
-@app.post("/api/documents", status_code=202, tags=["documents"])
-def upload_documents(lib: Lib, files: Annotated[list[UploadFile], File(description="one or more PDFs")]) -> dict:
+@dataclass
+class UploadPart:
+    """One file of an upload as it arrives, written to its own folder under the API's upload
+    folder until it passes MAX_FILE_MB; then the bytes written are deleted and only counted on."""
+
+    name: str  # upload_name of its file name
+    folder: Path | None = None
+    out: BinaryIO | None = None
+    size: int = 0  # bytes received, kept or not
+    too_large: bool = False
+
+    @property
+    def path(self) -> Path:
+        return self.folder / self.name
+
+
+class UploadReader:
+    """The multipart body of an upload, parsed as it arrives (python-multipart's parser, as Starlette
+    uses it) straight into the upload folder: each part named "files" into its own folder, no copy
+    elsewhere first. A file over MAX_FILE_MB is deleted the moment it passes the limit and its size
+    counted on for the message; more than API_MAX_FILES files is a 413 at once; the bytes of the whole
+    request are bounded by BodyLimit (API_MAX_REQUEST_MB). Other fields are read past, not kept.
+    The parser's callbacks only note what to do with the disk; ``_apply`` does it, off the event loop."""
+
+    def __init__(self, uploads: Path):
+        self.uploads = uploads
+        self.parts: list[UploadPart] = []
+        self._part: UploadPart | None = None  # the file part being received; None in any other part
+        self._ops: list[tuple[str, UploadPart, bytes]] = []
+        self._header_name, self._header_value, self._disposition = b"", b"", b""
+
+    def _on_part_begin(self) -> None:
+        self._part, self._disposition = None, b""
+
+    def _on_header_field(self, data: bytes, start: int, end: int) -> None:
+        self._header_name += data[start:end]
+
+    def _on_header_value(self, data: bytes, start: int, end: int) -> None:
+        self._header_value += data[start:end]
+
+    def _on_header_end(self) -> None:
+        if self._header_name.strip().lower() == b"content-disposition":
+            self._disposition = self._header_value
+        self._header_name, self._header_value = b"", b""
+
+    def _on_headers_finished(self) -> None:
+        _, options = parse_options_header(self._disposition)
+        if options.get(b"name") != b"files":
+            return
+        if len(self.parts) >= config.API_MAX_FILES:
+            limit = config.API_MAX_FILES
+            raise ApiError(413, f"More than {limit} files in one request; the limit is {limit} (setting API_MAX_FILES). Nothing was added.")
+        self._part = UploadPart(upload_name(options.get(b"filename", b"").decode("utf-8", "replace")))
+        self.parts.append(self._part)
+        self._ops.append(("open", self._part, b""))
+
+    def _on_part_data(self, data: bytes, start: int, end: int) -> None:
+        part = self._part
+        if part is None:
+            return
+        part.size += end - start
+        if part.too_large:
+            return
+        if part.size / 2**20 > config.MAX_FILE_MB:
+            part.too_large = True
+            self._ops.append(("drop", part, b""))
+        else:
+            self._ops.append(("write", part, data[start:end]))
+
+    def _on_part_end(self) -> None:
+        if self._part is not None and not self._part.too_large:
+            self._ops.append(("close", self._part, b""))
+        self._part = None
+
+    def _apply(self, ops: list[tuple[str, UploadPart, bytes]]) -> None:
+        for op, part, data in ops:
+            if op == "open":
+                part.folder = Path(tempfile.mkdtemp(dir=self.uploads))
+                part.out = open(part.path, "wb")
+            elif op == "write":
+                part.out.write(data)
+            else:
+                part.out.close()
+                if op == "drop":
+                    shutil.rmtree(part.folder, ignore_errors=True)
+
+    def discard(self) -> None:
+        """Delete every file of this upload (nothing of it is queued)."""
+        for part in self.parts:
+            if part.out is not None:
+                part.out.close()
+            if part.folder is not None:
+                shutil.rmtree(part.folder, ignore_errors=True)
+
+    async def read(self, request: Request) -> list[UploadPart]:
+        """Every file part of the request, saved (or, too large, counted); an ApiError for a request
+        that is no multipart upload with files, and whatever reading the body raised (BodyTooLarge),
+        each with nothing of the upload left on disk."""
+        kind, params = parse_options_header(request.headers.get("content-type", ""))
+        if kind != b"multipart/form-data" or not params.get(b"boundary"):
+            raise ApiError(400, NO_FILES)
+        callbacks = {
+            "on_part_begin": self._on_part_begin,
+            "on_part_data": self._on_part_data,
+            "on_part_end": self._on_part_end,
+            "on_header_field": self._on_header_field,
+            "on_header_value": self._on_header_value,
+            "on_header_end": self._on_header_end,
+            "on_headers_finished": self._on_headers_finished,
+        }
+        try:
+            parser = MultipartParser(params[b"boundary"], callbacks)
+            async for chunk in request.stream():
+                parser.write(chunk)
+                if self._ops:
+                    ops, self._ops = self._ops, []
+                    await asyncio.to_thread(self._apply, ops)
+            parser.finalize()
+            if self._part is not None or self._ops:  # the body ended inside a file
+                raise ApiError(400, "The upload ended in the middle of a file; nothing was added.")
+        except FormParserError:
+            self.discard()
+            raise ApiError(400, "The upload is not valid multipart/form-data; nothing was added.") from None
+        except BaseException:
+            self.discard()
+            raise
+        if not self.parts:
+            raise ApiError(400, NO_FILES)
+        return self.parts
+
+
+def check_upload(part: UploadPart) -> IngestJob:
+    """A queued job for a saved upload that opens as a PDF; else the IngestError saying what is wrong with it."""
+    if part.too_large:
+        raise extract.FileTooLargeError(
+            f"{part.name} is {part.size / 2**20:.0f} MB; the limit is {config.MAX_FILE_MB} MB (setting MAX_FILE_MB)."
+        )
+    extract.open_pdf(part.path).close()
+    return IngestJob(file=part.name, path=part.path, document_id=ingest.collection_name_for(ingest.file_sha256(part.path)))
+
+
+UPLOAD_BODY = {  # the request body for the OpenAPI page (read by UploadReader, not by FastAPI)
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["files"],
+                    "properties": {"files": {"type": "array", "items": {"type": "string", "format": "binary"},
+                                             "description": "one or more PDFs"}},
+                }
+            }
+        },
+    }
+}
+
+
+@app.post("/api/documents", status_code=202, tags=["documents"], openapi_extra=UPLOAD_BODY)
+async def upload_documents(lib: Lib, request: Request) -> dict:
     """Queue PDFs for ingest and return at once with one job per file.
 
     Every file is checked first; if any is too large, not a PDF, damaged or encrypted,
-    nothing is queued and the error names each bad file.
+    nothing is queued and the error names each bad file. A file is refused while it
+    arrives once it passes MAX_FILE_MB, a request with more than API_MAX_FILES files or
+    over API_MAX_REQUEST_MB in all as soon as it does.
     """
-    if len(files) > config.API_MAX_FILES:
-        raise ApiError(413, f"{len(files)} files in one request; the limit is {config.API_MAX_FILES} (setting API_MAX_FILES).")
+    reader = UploadReader(lib.uploads)
+    parts = await reader.read(request)
     jobs, problems = [], []
-    for upload in files:
-        folder = Path(tempfile.mkdtemp(dir=lib.uploads))
-        try:
-            jobs.append(save_upload(upload, folder))
-        except extract.IngestError as err:
-            problems.append(status_and_message(err))
-            shutil.rmtree(folder, ignore_errors=True)
+    try:
+        for part in parts:
+            try:
+                jobs.append(await asyncio.to_thread(check_upload, part))
+            except extract.IngestError as err:
+                problems.append(status_and_message(err))
+    except BaseException:  # an unforeseen failure (500): none of this upload stays on disk
+        reader.discard()
+        raise
     if problems:
-        for job in jobs:
-            shutil.rmtree(job.path.parent, ignore_errors=True)
+        reader.discard()
         status = problems[0][0] if len({s for s, _ in problems}) == 1 else 400
-        raise ApiError(status, " ".join(m for _, m in problems) + (" Nothing was added." if len(files) > 1 else ""))
+        raise ApiError(status, " ".join(m for _, m in problems) + (" Nothing was added." if len(parts) > 1 else ""))
     for job in jobs:
         lib.ingester.submit(job)
     return {"jobs": [{"id": j.id, "file": j.file, "document_id": j.document_id, "url": f"/api/jobs/{j.id}"} for j in jobs]}
 
 
 def find_job(lib: Library, job_id: str) -> IngestJob:
-    job = lib.ingester.jobs.get(job_id)
-    if job is None:
-        raise ApiError(404, f"There is no job '{job_id}' (jobs are forgotten when the server restarts).")
-    return job
+    job = lib.ingester.job(job_id)
+    if job is not None:
+        return job
+    document_id = lib.ingester.forgotten.get(job_id)
+    if document_id is not None:
+        raise ApiError(
+            404,
+            f"Job '{job_id}' has finished and was forgotten: finished jobs are kept {config.API_JOB_KEEP_SECONDS} s, "
+            f"the last {config.API_JOB_KEEP_COUNT} of them (settings API_JOB_KEEP_SECONDS, API_JOB_KEEP_COUNT). "
+            f"If it added its document, GET /api/documents/{document_id} shows it.",
+        )
+    raise ApiError(404, f"There is no job '{job_id}' (jobs are forgotten when the server restarts).")
 
 
 @app.get("/api/jobs/{job_id}", tags=["documents"])
@@ -751,10 +1094,15 @@ class AskRequest(BaseModel):
     k: int | None = Field(None, ge=1, le=config.API_MAX_K, description=f"pages shown to the model (default {config.TOP_K})")
     stream: bool = Field(False, description="server-sent events: queued, evidence, token..., then answer (or error)")
     model: str | None = Field(None, description="the model to answer with: an id from /api/models (default: the settings' model)")
+    conversation: str | None = Field(
+        None, description="a conversation id from /api/conversations: the question and its answer are appended to it, "
+                          "and its turns are the history when none is given"
+    )
 
 
 async def queue_question(
-    lib: Library, question: str, history: list[tuple[str, str]], documents: list[str] | None, k: int | None, model: str | None = None
+    lib: Library, question: str, history: list[tuple[str, str]], documents: list[str] | None, k: int | None, model: str | None = None,
+    conversation: str | None = None,
 ) -> AnswerJob:
     """Check the question, the model it names and its scope, then put it in the answer queue."""
     if not question.strip():
@@ -764,7 +1112,7 @@ async def queue_question(
     scope = await asyncio.to_thread(lib.scope, documents)  # reads the store: keep the event loop free
     if not await asyncio.to_thread(ingest.list_documents, lib.client):
         raise ApiError(409, "Your library is empty: add a PDF first.")
-    job = AnswerJob(Question(question, history, scope, k, model or None), asyncio.get_running_loop())
+    job = AnswerJob(Question(question, history, scope, k, model or None, conversation), asyncio.get_running_loop())
     lib.answers.submit(job)
     return job
 
@@ -791,9 +1139,13 @@ def chat_models(lib: Lib) -> dict:
 async def ask(lib: Lib, body: AskRequest) -> Response:
     """Answer from the library with checked page citations, as JSON or as server-sent events;
     by the model ``"model"`` names (an id from /api/models), else the settings' model. The answer's
-    ``model`` is the label of the model that wrote it, ``model_id`` its id."""
+    ``model`` is the label of the model that wrote it, ``model_id`` its id. With ``"conversation"`` the
+    question and its answer are appended to that conversation (the answer's ``conversation`` says so)."""
     history = [(turn.role, turn.content) for turn in body.history]
-    job = await queue_question(lib, body.question, history, body.documents, body.k, body.model)
+    if body.conversation:
+        kept = await asyncio.to_thread(find_conversation, body.conversation)
+        history = history or conversations.history(kept.messages)
+    job = await queue_question(lib, body.question, history, body.documents, body.k, body.model, body.conversation)
     if not body.stream:
         return JSONResponse(await job.result())
 
@@ -910,6 +1262,132 @@ def list_models() -> dict:
     library = {"id": config.API_MODEL_ID, "object": "model", "created": 0, "owned_by": "local"}
     choices = [{"id": c.id, "object": "model", "created": 0, "owned_by": "local", "label": c.label} for c in models.chat_choices()]
     return {"object": "list", "data": [library, *choices]}
+
+
+# -- conversations --------------------------------------------------------------------
+# Kept on this machine beside the store by conversations.py; the app lists and shows the same ones.
+
+
+def iso_time(seconds: float) -> str:
+    """iso_time(0) -> "1970-01-01T00:00:00Z" """
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+
+
+def conversation_json(conversation: conversations.Conversation) -> dict:
+    """A conversation as the list shows it: id, title, times (UTC) and how many messages it holds."""
+    return {
+        "id": conversation.id,
+        "title": conversation.title,
+        "created": iso_time(conversation.created),
+        "updated": iso_time(conversation.updated),
+        "message_count": conversation.count,
+    }
+
+
+def message_json(message: dict) -> dict:
+    """A kept message: a question's text; an answer's text, its evidence lines and, unless answering
+    failed (``error``), the answer as /api/ask returned it (citations with their passages, sources)."""
+    if message["role"] != "assistant":
+        return {"role": message["role"], "content": message["content"]}
+    body = {"role": "assistant", "content": message.get("content", ""), "evidence": qa.evidence_json(message.get("evidence", []))}
+    if message.get("error"):
+        body["error"] = message["error"]
+    if "answer" in message:
+        body["answer"] = answer_json(message["answer"], message.get("model_id"))
+    return body
+
+
+def find_conversation(conversation_id: str) -> conversations.Conversation:
+    """The conversation with its messages; 404 when there is none."""
+    conversation = conversations.get(conversation_id)
+    if conversation is None:
+        raise ApiError(404, f"There is no conversation '{conversation_id}' (it may have been deleted).")
+    return conversation
+
+
+def save_exchange(question: Question, stream: qa.AnswerStream, model_id: str | None) -> str | None:
+    """Append a question and its answer to the conversation the request named (by the answer worker,
+    before the answer is sent); the conversation's id, or None when it is gone or cannot be written."""
+    reply = {"role": "assistant", "content": stream.result.text, "answer": stream.result, "evidence": stream.evidence,
+             "model_id": model_id if stream.result.model else None}
+    try:
+        conversations.append(question.conversation, {"role": "user", "content": question.text}, reply)
+    except (conversations.ConversationNotFound, conversations.ConversationStoreError) as err:
+        log.warning("The answer to %r was not kept in conversation %s: %s", question.text, question.conversation,
+                    "it was deleted" if isinstance(err, conversations.ConversationNotFound) else err)
+        return None
+    return question.conversation
+
+
+@app.exception_handler(conversations.ConversationStoreError)
+async def _conversation_store_error(request: Request, err: conversations.ConversationStoreError) -> JSONResponse:
+    return error_response(503, str(err))
+
+
+class NewConversation(BaseModel):
+    title: str = Field("", description="its title (default: its first question)")
+
+
+class ConversationTitle(BaseModel):
+    title: str = Field(description="the new title")
+
+
+@app.get("/api/conversations", tags=["conversations"])
+def list_conversations() -> dict:
+    """Every kept conversation, the one with the latest message first (without their messages)."""
+    return {"conversations": [conversation_json(c) for c in conversations.list_conversations()]}
+
+
+@app.post("/api/conversations", status_code=201, tags=["conversations"])
+def create_conversation(body: NewConversation | None = None) -> dict:
+    """A new, empty conversation; name it in /api/ask's ``"conversation"`` to keep questions and answers in it."""
+    return conversation_json(conversations.create(body.title if body else ""))
+
+
+@app.get("/api/conversations/{conversation_id}", tags=["conversations"])
+def get_conversation(conversation_id: str) -> dict:
+    """A conversation with its messages, oldest first: each question, and each answer as /api/ask gave it."""
+    conversation = find_conversation(conversation_id)
+    return {**conversation_json(conversation), "messages": [message_json(m) for m in conversation.messages]}
+
+
+@app.patch("/api/conversations/{conversation_id}", tags=["conversations"])
+def rename_conversation(conversation_id: str, body: ConversationTitle) -> dict:
+    """Give a conversation a new title."""
+    try:
+        return conversation_json(conversations.rename(conversation_id, body.title))
+    except ValueError as err:
+        raise ApiError(400, str(err)) from None
+    except conversations.ConversationNotFound:
+        raise ApiError(404, f"There is no conversation '{conversation_id}' (it may have been deleted).") from None
+
+
+@app.delete("/api/conversations/{conversation_id}", status_code=204, tags=["conversations"])
+def delete_conversation(conversation_id: str) -> Response:
+    """Delete a conversation for good: none of its text stays in the file it was kept in."""
+    if not conversations.delete(conversation_id):
+        raise ApiError(404, f"There is no conversation '{conversation_id}' (it may have been deleted).")
+    return Response(status_code=204)
+
+
+@app.get(
+    "/api/conversations/{conversation_id}/export",
+    tags=["conversations"],
+    response_class=Response,
+    responses={200: {"content": {"text/markdown": {}}, "description": "the conversation as Markdown"}},
+)
+def export_conversation(lib: Lib, conversation_id: str) -> Response:
+    """The conversation as Markdown: each question, the evidence lines, the answer, and each citation with
+    its document, page and passage (marked when the document has been removed since)."""
+    conversation = find_conversation(conversation_id)
+    try:
+        library = {d["collection"] for d in ingest.list_documents(lib.client)}
+    except ingest.StoreUnavailableError:  # the export needs nothing of the store: removals are just not marked
+        library = None
+    words = "".join(c if c.isascii() and c.isalnum() else " " for c in conversation.title).split()
+    name = "-".join(words)[:60] or "conversation"
+    return Response(conversations.export_markdown(conversation, library), media_type="text/markdown; charset=utf-8",
+                    headers={"Content-Disposition": f'attachment; filename="{name}.md"'})
 
 
 # -- health ---------------------------------------------------------------------------

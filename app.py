@@ -17,11 +17,18 @@ interaction):
              -> unsupported sentences, confidence, rewritten query, the model that wrote it, optional trace
              The lines lead every answer and are kept with its message: when the model refuses, or no page
              backs what it wrote, they are still there, so the person has what the documents say.
+    conversations (conversations.py): each question and each answer (its Answer, evidence lines, error) is
+             saved as it happens in a SQLite file beside the store; the page's address names the
+             conversation shown (?c=<id>), so a reload, a new tab with that address or a restart opens it
+             again and replays it exactly as before: the same lines, chips and page previews. The sidebar
+             lists them (new, switch, rename, delete for good, export as Markdown); a chip whose document
+             has been removed since says so, and its passage is still shown from the conversation.
 
 Heavy objects (embedder, Chroma client, retriever, enricher) live behind
 ``st.cache_resource`` and are shared by every browser tab; chat models are loaded
 once per process by ``models.get_chat_model``. What one person has done (the chat,
-which uploads were handled, the model they picked) lives in ``st.session_state``;
+which uploads were handled, the model they picked) lives in ``st.session_state``; the chat is also
+saved as a conversation, and ``st.session_state.messages`` is filled from it when a session opens one;
 the picked model is also saved beside the store (``models.save_choice``), so a
 reload or a restart starts with it. Page labels are written by the settings'
 model, whatever a person picks.
@@ -31,8 +38,11 @@ Everything that is not layout lives in the other modules.
 from __future__ import annotations
 
 import logging
+import re
 import tempfile
+import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import streamlit as st
@@ -44,6 +54,7 @@ except SystemExit as err:  # config.SettingError: a setting in the environment c
     st.stop()
 
 import checker
+import conversations
 import ingest
 import models
 import preview
@@ -299,9 +310,10 @@ def model_status(choice: str | None) -> None:
         st.sidebar.caption(f"Ollama: not reachable at `{config.OLLAMA_BASE_URL}`")
 
 
-def sidebar() -> tuple[list[str] | None, int, bool, str | None]:
-    """Draw the sidebar; return the scope (None: all documents), top-k, whether to show traces
-    and the chosen model (None: the settings' model, which could not be named)."""
+def sidebar() -> tuple[list[str] | None, int, bool, str | None, object]:
+    """Draw the sidebar; return the scope (None: all documents), top-k, whether to show traces,
+    the chosen model (None: the settings' model, which could not be named) and the place of the
+    conversations panel (drawn after the chat, so that it lists a conversation its question began)."""
     st.sidebar.header("Your documents")
     uploads_panel()
     notices_panel()
@@ -313,21 +325,34 @@ def sidebar() -> tuple[list[str] | None, int, bool, str | None]:
     with st.sidebar.expander("Settings"):
         k = st.slider("Pages to show the model", 1, 10, config.TOP_K)
         show_trace = st.toggle("Show retrieval trace", value=False)
-    if st.sidebar.button("Clear chat", key="clear-chat"):
-        st.session_state.messages = []
+    panel = st.sidebar.container()
     choice = model_picker()
     model_status(choice)
-    return [docs[name] for name in chosen] or None, k, show_trace, choice
+    return [docs[name] for name in chosen] or None, k, show_trace, choice, panel
 
 
 # -----------------------------------------------------------------------------
 # Chat: answers, citation chips, page previews
 
 
+REMOVED = " · removed"  # on a chip whose document has left the library since the answer
+
+
 def chip_label(citation: checker.Citation) -> str:
     """The chip carries the number the answer's markers use: "[2] report.pdf · p. 7 ✓"."""
     mark = "✓" if citation.verified else "⚠"
     return f"\\[{citation.number}\\] {md(citation.doc_name)} · p. {citation.page} {mark}" + (" (inferred)" if citation.inferred else "")
+
+
+def is_removed(collection: str, library: set[str] | None) -> bool:
+    """Whether a document an answer points to has left the library (``library``: the ids in it; None: not known)."""
+    return library is not None and collection not in library
+
+
+def marking_removed(removed: dict[str, bool]):
+    """A chip's format_func: its option (a label) with REMOVED added when its document has gone. The
+    options themselves stay the same, so a chip opened before a removal stays open after it."""
+    return lambda label: label + (REMOVED if removed[label] else "")
 
 
 def source_for(answer: qa.Answer, citation: checker.Citation) -> Hit | None:
@@ -367,7 +392,12 @@ def show_passage(hit: Hit) -> None:
     if not pdf.exists():
         page_col.info(missing_page_sentence())
         return
-    png = preview.render_page(pdf, hit.page, hit.start, hit.end, hit.ocr_boxes or None)
+    try:
+        png = preview.render_page(pdf, hit.page, hit.start, hit.end, hit.ocr_boxes or None)
+    except Exception:  # removed while being drawn, or no longer the file the answer read: the text above stays
+        log.warning("Page %d of %s could not be drawn", hit.page, pdf, exc_info=True)
+        page_col.info(missing_page_sentence())
+        return
     page_col.image(png, caption=f"{md(hit.doc_name)}, page {hit.page}", width="stretch")
 
 
@@ -380,19 +410,22 @@ def missing_page_sentence() -> str:
     return "This document is no longer in the library, so its page cannot be shown."
 
 
-def show_evidence(lines: list[Hit], key: str, answering: bool = False) -> None:
+def show_evidence(lines: list[Hit], key: str, answering: bool = False, library: set[str] | None = None) -> None:
     """The lines of the documents that answer the question, each beside a chip that opens its page
-    with the line highlighted. While an answer is being written the chips are disabled: a click
-    reruns the script, which would stop the answer half-way and lose it."""
+    with the line highlighted (marked "removed" when its document has left ``library``). While an
+    answer is being written the chips are disabled: a click reruns the script, which would stop the
+    answer half-way and lose it."""
     if not lines:
         return
     st.markdown("**What your documents say**")
     for number, line in enumerate(lines):
         text_col, chip_col = st.columns([4, 1], vertical_alignment="center")
         text_col.markdown(f"> {md(line.text)}")
+        label = f"{md(line.doc_name)} · p. {line.page}"
         chosen = chip_col.pills(
             f"Open page {line.page} of {md(line.doc_name)}",
-            [f"{md(line.doc_name)} · p. {line.page}"],
+            [label],
+            format_func=marking_removed({label: is_removed(line.collection, library)}),
             key=f"evidence-{key}-{number}" + ("-answering" if answering else ""),  # drawn twice in that run: two keys
             disabled=answering,
             label_visibility="collapsed",
@@ -414,12 +447,14 @@ def trace_rows(answer: qa.Answer) -> list[dict]:
     ]
 
 
-def show_answer_details(answer: qa.Answer, key: str, show_trace: bool) -> None:
-    """Everything under an answer's text: chips, warnings, confidence, rewrite, trace."""
+def show_answer_details(answer: qa.Answer, key: str, show_trace: bool, library: set[str] | None = None) -> None:
+    """Everything under an answer's text: chips (marked "removed" for documents no longer in ``library``),
+    warnings, confidence, rewrite, trace."""
     citations = answer.citations
     if citations:
         labels = [chip_label(c) for c in citations]
-        chosen = st.pills("Sources", labels, key=f"cite-{key}", help="Open a source to see the page")
+        removed = {label: is_removed(c.collection, library) for label, c in zip(labels, citations)}
+        chosen = st.pills("Sources", labels, key=f"cite-{key}", help="Open a source to see the page", format_func=marking_removed(removed))
         if chosen:
             show_citation(answer, citations[labels.index(chosen)])
     for sentence in answer.sentences:
@@ -446,15 +481,15 @@ def show_answer_details(answer: qa.Answer, key: str, show_trace: bool) -> None:
         st.dataframe(trace_rows(answer), hide_index=True)
 
 
-def show_message(index: int, message: dict, show_trace: bool) -> None:
+def show_message(index: int, message: dict, show_trace: bool, library: set[str] | None = None) -> None:
     with st.chat_message(message["role"]):
-        show_evidence(message.get("evidence", []), str(index))
+        show_evidence(message.get("evidence", []), str(index), library=library)
         if message.get("error"):
             st.error(md(message["error"]))
             return
         st.markdown(md(message["content"]))
         if "answer" in message:
-            show_answer_details(message["answer"], str(index), show_trace)
+            show_answer_details(message["answer"], str(index), show_trace, library)
 
 
 def answer_now(question: str, history: list[tuple[str, str]], scope, k: int, key: str, choice: str | None) -> dict:
@@ -480,7 +515,8 @@ def answer_now(question: str, history: list[tuple[str, str]], scope, k: int, key
             with evidence_slot.container():
                 show_evidence(lines, key, answering=True)
             st.write_stream(md_stream(stream))
-        reply = {"role": "assistant", "content": stream.result.text, "answer": stream.result}
+        reply = {"role": "assistant", "content": stream.result.text, "answer": stream.result,
+                 "model_id": choice if stream.result.model else None}  # kept with the conversation, as the API keeps it
     except (models.ModelUnavailableError, ingest.IngestError) as err:
         reply = {"role": "assistant", "content": "", "error": str(err)}
     except Exception as err:  # e.g. Ollama's embedder gone mid-search: say so, keep the chat
@@ -493,24 +529,153 @@ def answer_now(question: str, history: list[tuple[str, str]], scope, k: int, key
     return {**reply, "evidence": lines}
 
 
-def main() -> None:
+# -----------------------------------------------------------------------------
+# Conversations: saved as they happen (conversations.py); the page's address names the one shown
+
+
+def open_conversation(conversation_id: str | None) -> None:
+    """Show the conversation ``conversation_id`` (None: a new chat, saved from its first question on) in
+    this session and name it in the page's address (?c=<id>), so that a reload, a restart or the same
+    address in another tab opens it again. The chips' state of the chat shown before is forgotten:
+    the same keys name another chat's chips now."""
+    for key in [k for k in st.session_state if str(k).startswith(("cite-", "evidence-"))]:
+        del st.session_state[key]
+    messages = []
+    if conversation_id is not None:
+        conversation = load_conversation(conversation_id)
+        if conversation is None:
+            conversation_id = None
+        else:
+            messages = conversation.messages
+    st.session_state.conversation = conversation_id
+    st.session_state.messages = messages
+    if conversation_id is None:
+        st.query_params.pop("c", None)
+    else:
+        st.query_params["c"] = conversation_id
+
+
+def load_conversation(conversation_id: str) -> conversations.Conversation | None:
+    """The saved conversation with its messages; None, said on the page, when it cannot be read or is gone."""
     try:
-        scope, k, show_trace, choice = sidebar()
-    except ingest.StoreUnavailableError as err:  # a CHROMA_HOST server that is down: say how to fix it
+        conversation = conversations.get(conversation_id)
+    except conversations.ConversationStoreError as err:
+        add_notice(md(err))
+        return None
+    if conversation is None:
+        st.session_state.address_note = "The conversation this page's address names is not here any more (it was deleted); this is a new chat."
+    return conversation
+
+
+def follow_address() -> None:
+    """Open the conversation the page's address names when this session shows another one: a reload,
+    a new tab or a restart of the app starts a session, which opens it again."""
+    wanted = st.query_params.get("c") or None
+    if "conversation" not in st.session_state or st.session_state.conversation != wanted:
+        open_conversation(wanted)
+
+
+def start_conversation() -> str:
+    conversation = conversations.create()
+    st.session_state.conversation = conversation.id
+    st.query_params["c"] = conversation.id
+    return conversation.id
+
+
+def save(*messages: dict) -> None:
+    """Add ``messages`` to the conversation shown, starting one at its first question. When saving
+    fails (the file cannot be written) the chat goes on unsaved, and the sidebar says so."""
+    try:
+        try:
+            conversations.append(st.session_state.get("conversation") or start_conversation(), *messages)
+        except conversations.ConversationNotFound:  # deleted in another window meanwhile
+            conversations.append(start_conversation(), *messages)
+            add_notice("This chat's conversation was deleted in another window; from this question on it is saved as a new one.", "warning")
+    except conversations.ConversationStoreError as err:
+        add_notice(f"This chat is not being saved. {md(err)}", "warning")
+
+
+def rename_conversation(conversation_id: str) -> None:
+    """The title box was edited: save the new title (an empty one puts the saved title back in the box)."""
+    key = f"title-{conversation_id}"
+    try:
+        conversations.rename(conversation_id, st.session_state[key])
+    except ValueError:
+        del st.session_state[key]
+    except (conversations.ConversationNotFound, conversations.ConversationStoreError) as err:
+        add_notice(f"The conversation was not renamed. {md(err)}", "warning")
+
+
+def delete_conversation(conversation_id: str) -> None:
+    """Delete a conversation for good (conversations.delete); a new chat takes its place."""
+    try:
+        conversations.delete(conversation_id)
+    except conversations.ConversationStoreError as err:
+        add_notice(f"The conversation was not deleted. {md(err)}")
+        return
+    if st.session_state.get("conversation") == conversation_id:
+        open_conversation(None)
+    st.toast("Conversation deleted")
+
+
+def export_name(title: str) -> str:
+    """export_name("When did the railway come?") -> "When-did-the-railway-come.md" """
+    return (re.sub(r"[^\w-]+", "-", title).strip("-")[:60] or "conversation") + ".md"
+
+
+def conversations_panel(library: set[str]) -> None:
+    """New chat; the saved conversations, the latest first, a click opening one; for the one shown:
+    its title (editable), a Markdown export and delete."""
+    st.subheader("Conversations")
+    st.button("New chat", key="clear-chat", icon=":material/add:", on_click=open_conversation, args=(None,),
+              help="Start an empty chat; this one stays in the list")
+    try:
+        listed = conversations.list_conversations()
+    except conversations.ConversationStoreError as err:
         st.error(md(err))
         return
-    st.title("Chat with your PDFs")
-    messages = st.session_state.setdefault("messages", [])
+    if not listed:
+        st.caption("Your questions and answers are kept here, on this machine.")
+    current = st.session_state.get("conversation")
+    box = st.container(height=320) if len(listed) > 8 else st.container()
+    for conversation in listed:
+        box.button(
+            md(conversation.title or "Untitled"), key=f"conversation-{conversation.id}", width="stretch",
+            type="primary" if conversation.id == current else "tertiary", on_click=open_conversation, args=(conversation.id,),
+            help=f"Last message {time.strftime('%Y-%m-%d %H:%M', time.localtime(conversation.updated))}",
+        )
+    shown = next((c for c in listed if c.id == current), None)
+    if shown is None:
+        return
+    st.text_input("Title of this conversation", value=shown.title, key=f"title-{shown.id}", max_chars=conversations.TITLE_CHARS,
+                  on_change=rename_conversation, args=(shown.id,))
+    export_col, delete_col = st.columns(2)
+    export_col.download_button(
+        "Export", conversations.export_markdown(replace(shown, messages=st.session_state.messages), library),
+        file_name=export_name(shown.title), mime="text/markdown", key="export-conversation", on_click="ignore",
+        icon=":material/download:", help="This conversation as Markdown: each answer with its cited pages and passages",
+    )
+    delete_col.button("Delete", key="delete-conversation", icon=":material/delete:", on_click=delete_conversation, args=(shown.id,),
+                      help="Delete this conversation for good: nothing of it stays on this machine")
+
+
+# -----------------------------------------------------------------------------
+
+
+def chat(scope: list[str] | None, k: int, show_trace: bool, choice: str | None, library: set[str]) -> None:
+    """Replay the conversation, then answer a new question; each message is saved as it is made."""
+    messages = st.session_state.messages
     for index, message in enumerate(messages):
-        show_message(index, message, show_trace)
+        show_message(index, message, show_trace, library)
     question = st.chat_input("Ask about your documents")
     if not question:
         return
-    if not ingest.list_documents(store()):
+    if not library:
         st.info("Your library is empty: add a PDF in the sidebar first.")
         return
-    history = [(m["role"], m["content"]) for m in messages if not m.get("error")]
+    history = conversations.history(messages)
     messages.append({"role": "user", "content": question})
+    save(messages[-1])  # at once: the question is kept even if the answer never comes
     show_message(len(messages) - 1, messages[-1], show_trace)
     key = str(len(messages))  # the index the reply will have when the chat is replayed
     with st.chat_message("assistant"):
@@ -520,6 +685,23 @@ def main() -> None:
         else:
             show_answer_details(reply["answer"], key, show_trace)
     messages.append(reply)
+    save(reply)
+
+
+def main() -> None:
+    follow_address()
+    try:
+        scope, k, show_trace, choice, panel = sidebar()
+        library = {d["collection"] for d in ingest.list_documents(store())}
+    except ingest.StoreUnavailableError as err:  # a CHROMA_HOST server that is down: say how to fix it
+        st.error(md(err))
+        return
+    st.title("Chat with your PDFs")
+    if note := st.session_state.pop("address_note", None):
+        st.info(note)
+    chat(scope, k, show_trace, choice, library)
+    with panel:
+        conversations_panel(library)
 
 
 main()

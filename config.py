@@ -69,6 +69,10 @@ INPUT_DATA_DIR = _env("INPUT_DATA_DIR", str(BASE_DIR / "input_data"))
 CHROMA_HOST = _env("CHROMA_HOST", "")
 CHROMA_PORT = _env("CHROMA_PORT", 8000)
 
+# Conversations (questions, answers, their citations) are kept on this machine in SQLite; empty:
+# CHROMA_PERSIST_DIR/conversations.sqlite3 (also with CHROMA_HOST: a shared store keeps no one's chats).
+CONVERSATIONS_DB = _env("CONVERSATIONS_DB", "")
+
 # Removing a document compacts the store folder; wait this long for other writers to pause.
 PURGE_TIMEOUT_SECONDS = _env("PURGE_TIMEOUT_SECONDS", 30.0)
 
@@ -249,6 +253,10 @@ API_TOKEN = _env("API_TOKEN", "")  # set: every request needs "Authorization: Be
 API_MODEL_ID = _env("API_MODEL_ID", "pdf-library")  # the model name /v1/models shows to OpenAI-style clients
 API_MAX_K = _env("API_MAX_K", 20)  # the largest k a client may ask for
 API_MAX_FILES = _env("API_MAX_FILES", 100)  # PDFs per upload request
+API_MAX_REQUEST_MB = _env("API_MAX_REQUEST_MB", 500)  # one upload request, all its files together (413, counted as it arrives)
+API_MAX_JSON_MB = _env("API_MAX_JSON_MB", 10)  # any other request body (a question, a search...)
+API_JOB_KEEP_SECONDS = _env("API_JOB_KEEP_SECONDS", 3600)  # a finished upload job is forgotten this long after it ends
+API_JOB_KEEP_COUNT = _env("API_JOB_KEEP_COUNT", 1000)  # ...or sooner, beyond this many finished jobs (oldest first)
 
 # -----------------------------------------------------------------------------
 # Logging

@@ -343,3 +343,113 @@ def test_a_page_added_on_another_machine_of_a_shared_store_says_where_its_pdf_is
         "The PDF of this page is kept on the machine that added it; this machine has no copy, so its page "
         "cannot be shown here (the text above is from the shared store)."
     ]
+
+
+# -----------------------------------------------------------------------------
+# Conversations that last (issue 37): saved beside the store, named in the page's address
+
+import conversations  # noqa: E402
+from safe_text import md  # noqa: E402
+
+
+def conversation_button(app: AppTest, conversation_id: str):
+    return app.sidebar.button(key=f"conversation-{conversation_id}")
+
+
+def test_a_conversation_is_saved_as_it_happens_and_a_new_session_with_its_address_shows_it_again(store, embedder, three_page_pdf, small_model):
+    ingest.ingest_pdf(three_page_pdf, store, embedder)
+    app = AppTest.from_file(APP, default_timeout=300).run()
+    assert "c" not in app.query_params and conversations.list_conversations() == []  # nothing saved before a question
+    app.chat_input[0].set_value(QUESTION).run()
+    assert not app.exception
+    conversation_id = app.query_params["c"]
+    saved = conversations.get(conversation_id)
+    assert saved.title == QUESTION and [m["role"] for m in saved.messages] == ["user", "assistant"]
+    assert saved.messages[1]["answer"] == app.session_state["messages"][1]["answer"]  # the whole Answer, as it was
+    assert conversation_button(app, conversation_id).label == md(QUESTION)  # listed, the question its title
+    before = app.chat_message[1]
+    chips = before.button_group(key="cite-1")
+
+    reloaded = AppTest.from_file(APP, default_timeout=300)  # a reload: a new session, the same address
+    reloaded.query_params["c"] = conversation_id
+    reloaded.run()
+    assert not reloaded.exception and reloaded.query_params["c"] == conversation_id
+    assert [shown(m.markdown[0].value) for m in reloaded.chat_message[:1]] == [QUESTION]
+    again = reloaded.chat_message[1]
+    assert answer_markdown(again) == answer_markdown(before) and evidence_lines(again) == evidence_lines(before)
+    assert [c.value for c in again.caption] == [c.value for c in before.caption]  # confidence, model...
+    replayed = again.button_group(key="cite-1")
+    assert replayed.options == chips.options
+    chip = next(o for o in replayed.options if "facts.pdf · p. 3" in shown(o))
+    replayed.set_value(chip).run()
+    opened = reloaded.chat_message[1]
+    assert [shown(c) for c in opened.get("image")[0].captions] == ["facts.pdf, page 3"]  # the page, from the saved offsets
+    assert any("Chapter 3. The railway reached the town in 1889" in shown(m.value) for m in opened.markdown)
+
+    fresh = AppTest.from_file(APP, default_timeout=300).run()  # no address: a new chat, the saved one listed
+    assert not fresh.chat_message and "c" not in fresh.query_params
+    conversation_button(fresh, conversation_id).click().run()
+    assert fresh.query_params["c"] == conversation_id and answer_markdown(fresh.chat_message[1]) == answer_markdown(before)
+
+
+def test_new_chat_rename_export_and_delete_in_the_sidebar(store, embedder, three_page_pdf, small_model):
+    ingest.ingest_pdf(three_page_pdf, store, embedder)
+    hostile = conversations.create('![x](http://127.0.0.1:9/leak) <img src="http://127.0.0.1:9/y">')  # e.g. from the API
+    app = AppTest.from_file(APP, default_timeout=300).run()
+    assert conversation_button(app, hostile.id).label == md(hostile.title)  # a title stays text
+    app.chat_input[0].set_value("Hello!").run()  # answered without a model
+    first = app.query_params["c"]
+    assert [c.id for c in conversations.list_conversations()] == [first, hostile.id]  # the latest first
+
+    app.sidebar.button(key="clear-chat").click().run()  # New chat: empty, unsaved until its first question
+    assert not app.chat_message and "c" not in app.query_params and app.session_state["conversation"] is None
+    app.chat_input[0].set_value("Hi there").run()
+    second = app.query_params["c"]
+    assert second != first and len(conversations.list_conversations()) == 3
+
+    app.sidebar.text_input(key=f"title-{second}").set_value("Greetings, renamed").run()
+    assert conversations.get(second).title == "Greetings, renamed"
+    assert conversation_button(app, second).label == md("Greetings, renamed")
+    export = app.sidebar.get("download_button")[0]
+    assert export.proto.label == "Export" and export.proto.ignore_rerun  # a download does not rerun the page
+
+    conversation_button(app, first).click().run()  # switch back
+    assert app.query_params["c"] == first and shown(app.chat_message[0].markdown[0].value) == "Hello!"
+    app.sidebar.button(key="delete-conversation").click().run()
+    assert not app.exception and conversations.get(first) is None
+    assert not app.chat_message and "c" not in app.query_params
+    assert {c.id for c in conversations.list_conversations()} == {second, hostile.id}
+
+    gone = AppTest.from_file(APP, default_timeout=300)  # an old address of the deleted conversation
+    gone.query_params["c"] = first
+    gone.run()
+    assert not gone.exception and not gone.chat_message and "c" not in gone.query_params
+    assert "not here any more" in gone.info[0].value
+
+
+def test_an_answer_whose_document_was_removed_stays_readable_its_chips_marked_removed(store, embedder, three_page_pdf, small_model):
+    collection = ingest.ingest_pdf(three_page_pdf, store, embedder).collection
+    app = AppTest.from_file(APP, default_timeout=300).run()
+    app.chat_input[0].set_value(QUESTION).run()
+    conversation_id = app.query_params["c"]
+    text, lines = answer_markdown(app.chat_message[1]), evidence_lines(app.chat_message[1])
+    ingest.delete_document(store, collection)
+
+    reloaded = AppTest.from_file(APP, default_timeout=300)
+    reloaded.query_params["c"] = conversation_id
+    reloaded.run()
+    assert not reloaded.exception
+    answer = reloaded.chat_message[1]
+    assert answer_markdown(answer) == text and evidence_lines(answer) == lines  # still readable
+    chips = answer.button_group(key="cite-1")
+    assert chips.options and all(shown(o).endswith(" · removed") for o in chips.options)
+    evidence_chips = [answer.button_group(key=f"evidence-1-{n}") for n in range(len(lines))]
+    assert all(shown(c.options[0]).endswith(" · removed") for c in evidence_chips)
+    chip = next(o for o in chips.options if "facts.pdf · p. 3" in shown(o))
+    chips.set_value(chip).run()
+    opened = reloaded.chat_message[1]
+    assert not reloaded.exception and not opened.get("image")
+    assert any("Chapter 3. The railway reached the town in 1889" in shown(m.value) for m in opened.markdown)  # the saved passage
+    assert any("no longer in the library" in i.value for i in opened.info)
+    export = conversations.export_markdown(conversations.get(conversation_id), library=set())
+    assert "facts.pdf, page 3 (removed from the library since)" in shown(export)

@@ -14,7 +14,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
+import socket
 import threading
+import time
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -22,6 +25,7 @@ from pathlib import Path
 import pytest
 
 import config
+import conversations
 from conftest import SERVER_KEY, SERVER_MODEL, write_text_pdf
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -263,3 +267,89 @@ def test_the_model_picker_works_in_the_browser(serve_app, llama_server, tmp_path
         ask(page, "When did the railway reach the town?")
         answer = page.get_by_test_id("stChatMessage").last
         expect(answer).to_contain_text(literally(f"Written by {server_label}"), timeout=240_000)
+
+
+def stop_app(url: str) -> None:
+    """Stop the `streamlit run` that serve_app started for ``url`` (a child of this test process), as a
+    restart stops it; serve_app's teardown then finds it stopped."""
+    port = url.rsplit(":", 1)[1].encode()
+    for proc in Path("/proc").iterdir():
+        try:
+            args = (proc / "cmdline").read_bytes().split(b"\0")
+            parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if parent == os.getpid() and b"--server.port" in args and args[args.index(b"--server.port") + 1] == port:
+            os.kill(int(proc.name), signal.SIGTERM)
+            break
+    else:
+        raise AssertionError(f"no app of this test serves {url}")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", int(port)), timeout=1).close()
+        except OSError:
+            return  # nothing answers there any more
+        time.sleep(0.3)
+    raise AssertionError(f"the app at {url} did not stop")
+
+
+def files_holding(folder: Path, text: str) -> list[str]:
+    return [str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file() and text.encode() in p.read_bytes()]
+
+
+def test_a_conversation_comes_back_after_a_reload_and_a_restart_and_leaves_nothing_when_deleted(serve_app, tmp_path):
+    marker = "qv7lighthouse"  # in the question only: nowhere in the PDF
+    question = f"When did the railway reach the town? ({marker})"
+    store = tmp_path / "store"  # serve_app's store, the same for every start
+    pdf = write_text_pdf(
+        tmp_path / "harbour.pdf",
+        [
+            "The lighthouse keeper of Port Elwin was Margaret Tolland.",
+            "The fishing fleet landed mostly cod and haddock.",
+            "The railway reached the town in 1889. Trains to the capital took nine hours.",
+        ],
+    )
+    app_url = serve_app()
+
+    def the_conversation_is_back(page) -> None:
+        messages = page.get_by_test_id("stChatMessage")
+        expect(messages.first).to_contain_text(question, timeout=60_000)
+        expect(messages.nth(1)).to_contain_text(answer)
+        expect(messages.nth(1)).to_contain_text("What your documents say")
+        expect(page.get_by_test_id("stSidebar").get_by_role("button", name=question)).to_be_visible()  # listed, titled by it
+        chip = messages.nth(1).get_by_role("radio", name=re.compile(r"\] harbour\.pdf · p\. 3"))
+        expect(chip).to_be_visible()
+        chip.click()
+        image = page.get_by_test_id("stImage").locator("img").last
+        expect(image).to_be_visible(timeout=60_000)  # the cited page, drawn from the kept offsets
+        assert image.evaluate("img => img.naturalWidth") > 300
+
+    with browser_page(tmp_path) as page:
+        upload_and_wait(page, app_url, pdf)
+        ask(page, question)
+        chip = page.get_by_role("radio", name=re.compile(r"\] harbour\.pdf · p\. 3"))
+        expect(chip).to_be_visible(timeout=240_000)
+        expect(page).to_have_url(re.compile(r"[?&]c=[0-9a-f]{32}$"))  # the address names the conversation
+        conversation = page.url.rsplit("c=", 1)[1]
+        kept = conversations.get(conversation, path=store / "conversations.sqlite3")
+        assert [m["role"] for m in kept.messages] == ["user", "assistant"] and kept.title == question
+        answer = kept.messages[1]["content"].strip().split("\n")[0]  # its first line, as saved
+        assert "1889" in kept.messages[1]["content"]
+        expect(page.get_by_test_id("stChatMessage").nth(1)).to_contain_text(answer)
+
+        page.reload()  # a new session of the same address
+        the_conversation_is_back(page)
+
+        stop_app(app_url)  # the app restarts: every session and cache is gone, the store stays
+        app_url = serve_app()
+        page.goto(f"{app_url}/?c={conversation}")
+        the_conversation_is_back(page)
+
+        assert files_holding(store, marker) == ["conversations.sqlite3"]  # kept there, and only there
+        expect(page.get_by_test_id("stStatusWidget")).to_be_hidden(timeout=60_000)  # the run that opened the page is over
+        page.locator(".st-key-delete-conversation").get_by_role("button", name="Delete").click()
+        expect(page.get_by_test_id("stChatMessage")).to_have_count(0, timeout=30_000)
+        expect(page.get_by_test_id("stSidebar")).not_to_contain_text(marker)
+        expect(page).not_to_have_url(re.compile(r"c="))
+    assert files_holding(store, marker) == [] and files_holding(store, conversation) == []  # its text is nowhere under the store

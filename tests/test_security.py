@@ -4,20 +4,26 @@ each promise of the README's "Security and privacy" section, on a real store on 
 from __future__ import annotations
 
 import base64
+import json
 import os
 import re
 import socket
 import sqlite3
 import subprocess
 import sys
+import threading
+import time
 import tomllib
 from contextlib import closing
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import httpx
 import pymupdf
 import pytest
 from markdown_it import MarkdownIt
 
+import bench
 import config
 import extract
 import ingest
@@ -382,3 +388,367 @@ def test_a_server_lost_mid_ingest_leaves_no_local_copy_says_what_stays_and_is_re
     finally:
         server.kill()
         server.wait()
+
+
+# -----------------------------------------------------------------------------
+# 8. The HTTP API: a web page elsewhere can change nothing, and input is bounded while it arrives
+#
+# Real servers (`uvicorn api:app`) with no chat model to load (an Ollama that does not answer), small
+# limits, and their own temp folder, where the API writes uploads, so the tests can watch the disk.
+
+MB = 2**20
+FILE_MB, REQUEST_MB, MAX_FILES, JSON_MB, KEEP_SECONDS = 1, 3, 5, 1, 6
+CROSS_SITE = (
+    "Refused: a web page of another site sent this request through a browser. This server takes changes "
+    "(uploads, deletions, questions, searches) only from programs such as curl or the OpenAI client, "
+    "and from its own pages (/docs)."
+)
+REQUEST_TOO_LARGE = (
+    f"This upload is over {REQUEST_MB} MB, the limit for one request with all its files (setting API_MAX_REQUEST_MB); "
+    "nothing was added. Send the files in several requests."
+)
+QUESTION = "When did the railway reach the town?"
+# What a browser adds to a request a page of another origin makes (Sec-Fetch-Site "same-site": another port of this machine)
+FOREIGN = [{"Origin": "http://evil.example"}, {"Origin": "null"}, {"Sec-Fetch-Site": "cross-site"}, {"Sec-Fetch-Site": "same-site"}]
+
+
+class Api:
+    """A running API server: its URL, token, log and the files in its upload folder."""
+
+    def __init__(self, url: str, folder: Path, token: str = ""):
+        self.url, self.folder, self.token = url, folder, token
+
+    def client(self) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=120)
+
+    def upload_files(self) -> list[tuple[str, int]]:
+        """(name, bytes) of every file in the API's upload folder (TMPDIR/pdf-rag-uploads-*)."""
+        found = []
+        for path in (self.folder / "tmp").glob("pdf-rag-uploads-*/**/*"):
+            try:
+                if path.is_file():
+                    found.append((path.name, path.stat().st_size))
+            except FileNotFoundError:  # deleted while looking
+                pass
+        return found
+
+    def log(self) -> str:
+        return (self.folder / "rag.log").read_text()
+
+
+def start_api(folder: Path, **settings: str):
+    (folder / "tmp").mkdir(parents=True)
+    env = {
+        "CHROMA_PERSIST_DIR": str(folder / "store"), "CHROMA_HOST": "", "LOG_FILE": str(folder / "rag.log"),
+        "TMPDIR": str(folder / "tmp"), "LLM_BACKEND": "ollama", "OLLAMA_BASE_URL": f"http://127.0.0.1:{free_port()}",
+        "EMBED_BACKEND": "embedded", "ENRICH_ENABLED": "false", "API_TOKEN": "",
+        "MAX_FILE_MB": str(FILE_MB), "API_MAX_REQUEST_MB": str(REQUEST_MB), "API_MAX_FILES": str(MAX_FILES),
+        "API_MAX_JSON_MB": str(JSON_MB), "API_JOB_KEEP_SECONDS": str(KEEP_SECONDS), "API_JOB_KEEP_COUNT": "1",
+        **settings,
+    }
+    token = settings.get("API_TOKEN", "")
+    proc, url = bench.start_api_server(env, folder / "server.out", {"Authorization": f"Bearer {token}"} if token else None)
+    return proc, Api(url, folder, token)
+
+
+@pytest.fixture(scope="module")
+def open_api(tmp_path_factory):
+    proc, api = start_api(tmp_path_factory.mktemp("api-open"))
+    yield api
+    bench.stop_api_server(proc)
+
+
+@pytest.fixture(scope="module")
+def token_api(tmp_path_factory):
+    proc, api = start_api(tmp_path_factory.mktemp("api-token"), API_TOKEN="s3cret")
+    yield api
+    bench.stop_api_server(proc)
+
+
+def padded_pdf(path: Path, text: str, pad_bytes: int) -> Path:
+    """A real one-page PDF carrying ``pad_bytes`` of incompressible data (an attached file)."""
+    doc = pymupdf.open()
+    doc.new_page().insert_text((72, 72), text)
+    doc.embfile_add("pad.bin", os.urandom(pad_bytes))
+    doc.save(path)
+    doc.close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def api_pdfs(tmp_path_factory) -> dict[str, Path]:
+    from conftest import FACT_PAGES
+
+    folder = tmp_path_factory.mktemp("api-pdfs")
+    pdfs = {
+        "facts": write_text_pdf(folder / "facts.pdf", FACT_PAGES),
+        "other": write_text_pdf(folder / "bees.pdf", ["Bees raise a new queen on royal jelly."]),
+    }
+    for n in range(4):
+        pdfs[f"padded{n}"] = padded_pdf(folder / f"padded{n}.pdf", f"Padded file {n}.", int(0.9 * MB))
+    return pdfs
+
+
+def as_file(pdf: Path) -> tuple[str, tuple[str, bytes, str]]:
+    return "files", (pdf.name, pdf.read_bytes(), "application/pdf")
+
+
+def api_error(response: httpx.Response) -> tuple[int, str]:
+    assert response.headers["content-type"].startswith("application/json"), response.text
+    body = response.json()
+    assert body["error"]["status"] == response.status_code
+    return response.status_code, body["error"]["message"]
+
+
+def wait_for(check, timeout: float = 120, what: str = "the condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if result := check():
+            return result
+        time.sleep(0.2)
+    raise AssertionError(f"{what} did not come within {timeout} s")
+
+
+def document_ids(http: httpx.Client) -> list[str]:
+    return [d["id"] for d in http.get("/api/documents").json()["documents"]]
+
+
+@pytest.mark.parametrize("token", [False, True], ids=["no-token", "API_TOKEN"])
+def test_api_refuses_every_change_a_page_of_another_site_asks_for_but_serves_programs_and_its_own_pages(request, token, api_pdfs):
+    api = request.getfixturevalue("token_api" if token else "open_api")
+    port = httpx.URL(api.url).port
+    foreign = [*FOREIGN, {"Origin": f"http://127.0.0.1:{port + 1}"}, {"Origin": f"http://localhost:{port}"},
+               {"Origin": f"https://127.0.0.1:{port}"}, {"Origin": api.url, "Sec-Fetch-Site": "same-site"}]
+    with api.client() as http:
+        assert document_ids(http) == []
+        for headers in foreign:
+            attempts = {
+                "upload": http.post("/api/documents", files=[as_file(api_pdfs["facts"])], headers=headers),
+                "delete": http.delete("/api/documents/pdf_rag_0123456789abcdef", headers=headers),
+                "ask": http.post("/api/ask", json={"question": QUESTION}, headers=headers),
+                "ask as a form posts it": http.post("/api/ask", content=b'{"question": "x"}', headers={**headers, "Content-Type": "text/plain"}),
+                "search": http.post("/api/search", json={"query": "railway"}, headers=headers),
+                "chat": http.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": QUESTION}]}, headers=headers),
+                "new conversation": http.post("/api/conversations", json={}, headers=headers),
+                "rename conversation": http.patch("/api/conversations/c1", json={"title": "x"}, headers=headers),
+                "delete conversation": http.delete("/api/conversations/c1", headers=headers),
+            }
+            for what, response in attempts.items():
+                assert api_error(response) == (403, CROSS_SITE), (what, headers)
+        assert http.get("/api/documents", headers=FOREIGN[0]).status_code == 200  # reading stays as it was
+        time.sleep(2)
+        assert document_ids(http) == [] and api.upload_files() == []
+
+        # A program (no Origin, no Sec-Fetch-Site) and the server's own page (/docs) are served
+        response = http.post("/api/documents", files=[as_file(api_pdfs["facts"])])
+        assert response.status_code == 202, response.text
+        document_id = response.json()["jobs"][0]["document_id"]
+        wait_for(lambda: document_id in document_ids(http), what="the document")
+        own = {"Origin": api.url, "Sec-Fetch-Site": "same-origin"}
+        for headers in ({}, own, {"Sec-Fetch-Site": "none"}):
+            assert http.post("/api/search", json={"query": "railway"}, headers=headers).json()["results"][0]["page"] == 3
+        status, message = api_error(http.post("/api/ask", json={"question": QUESTION}, headers=own))
+        assert status == 503 and message.startswith("Ollama is not answering")  # let in: it is the model that is missing
+        assert api_error(http.delete(f"/api/documents/{document_id}", headers=FOREIGN[0]))[0] == 403
+        assert document_ids(http) == [document_id]
+        assert http.delete(f"/api/documents/{document_id}", headers=own).status_code == 204
+        assert document_ids(http) == []
+    if token:  # without the token the same request is refused for that first
+        response = httpx.post(f"{api.url}/api/documents", files=[as_file(api_pdfs["facts"])], headers=FOREIGN[0])
+        assert api_error(response)[0] == 401
+    assert "Refused POST /api/documents from another site (Origin 'http://evil.example'" in api.log()
+
+
+ATTACK_PAGE = """<!doctype html><title>Free recipes</title>
+<form id="attack" method="post" enctype="multipart/form-data" action="{action}"><input type="file" name="files"></form>
+<script>
+const bytes = Uint8Array.from(atob("{pdf}"), c => c.charCodeAt(0));
+const planted = new DataTransfer();
+planted.items.add(new File([bytes], "planted.pdf", {{type: "application/pdf"}}));
+const form = document.getElementById("attack");
+form.elements.files.files = planted.files;
+// what a page can send without asking first: a no-cors fetch, then a plain form post (it navigates)
+fetch(form.action, {{method: "POST", mode: "no-cors", body: new FormData(form)}}).finally(() => form.submit());
+</script>"""
+
+
+def test_a_page_on_another_local_port_cannot_plant_a_pdf_through_chromium(open_api, api_pdfs, tmp_path):
+    """The attack of issue 37, in a real browser: pages on another port of this machine (same-site) and
+    on another name for it (cross-site) post a PDF to the API, by form and by no-cors fetch."""
+    from test_browser import CHROMIUM, CHROMIUM_FLAGS  # skips (or, with REQUIRE_BROWSER, fails) without Chromium
+    from playwright.sync_api import sync_playwright
+
+    action = f"{open_api.url}/api/documents"
+    page_html = ATTACK_PAGE.format(action=action, pdf=base64.b64encode(api_pdfs["facts"].read_bytes()).decode()).encode()
+
+    class AttackerSite(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(page_html)))
+            self.end_headers()
+            self.wfile.write(page_html)
+
+        def log_message(self, *args):
+            pass
+
+    site = ThreadingHTTPServer(("127.0.0.1", 0), AttackerSite)
+    threading.Thread(target=site.serve_forever, daemon=True).start()
+    try:
+        with open_api.client() as http, sync_playwright() as pw:
+            before = document_ids(http)
+            assert before == []
+            browser = pw.chromium.launch_persistent_context(
+                str(tmp_path / "chromium-profile"), executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS,
+            )
+            try:
+                page = browser.new_page()
+                for origin in (f"http://127.0.0.1:{site.server_port}", f"http://localhost:{site.server_port}"):
+                    page.goto(f"{origin}/recipes.html")
+                    page.wait_for_url(action, timeout=60_000)  # the form was sent, and the browser shows the reply
+                    assert CROSS_SITE in page.locator("body").inner_text()
+                    refused = f"Refused POST /api/documents from another site (Origin '{origin}'"
+                    wait_for(lambda: open_api.log().count(refused) == 2, timeout=30, what="both refusals in the log")  # fetch and form
+                log = open_api.log()
+                assert f"Origin 'http://127.0.0.1:{site.server_port}', Sec-Fetch-Site 'same-site'" in log
+                assert f"Origin 'http://localhost:{site.server_port}', Sec-Fetch-Site 'cross-site'" in log
+                time.sleep(3)
+                assert document_ids(http) == before and open_api.upload_files() == []
+
+                # The server's own page, /docs, still uploads and deletes (same origin)
+                page.goto(f"{open_api.url}/docs")
+                upload = page.evaluate(
+                    """async ([pdf]) => {
+                        const data = new FormData();
+                        data.append("files", new File([Uint8Array.from(atob(pdf), c => c.charCodeAt(0))], "facts.pdf"));
+                        const response = await fetch("/api/documents", {method: "POST", body: data});
+                        return [response.status, await response.json()];
+                    }""",
+                    [base64.b64encode(api_pdfs["facts"].read_bytes()).decode()],
+                )
+                assert upload[0] == 202, upload
+                document_id = upload[1]["jobs"][0]["document_id"]
+                wait_for(lambda: document_id in document_ids(http), what="the document")
+                deleted = page.evaluate("async (id) => (await fetch('/api/documents/' + id, {method: 'DELETE'})).status", document_id)
+                assert deleted == 204 and document_ids(http) == []
+            finally:
+                browser.close()
+    finally:
+        site.shutdown()
+
+
+def multipart_head(name: str, boundary: str = "bound") -> bytes:
+    return (f'--{boundary}\r\nContent-Disposition: form-data; name="files"; filename="{name}"\r\n'
+            "Content-Type: application/pdf\r\n\r\n%PDF-1.7\n").encode()
+
+
+class DiskWatch:
+    """Looks at the API's upload folder every 20 ms while a request streams: the largest file seen."""
+
+    def __init__(self, api: Api):
+        self.api, self.biggest, self._stop = api, 0, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.is_set():
+            self.biggest = max([self.biggest, *(size for _, size in self.api.upload_files())])
+            time.sleep(0.02)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def test_a_chunked_upload_over_the_request_limit_is_refused_while_it_streams_and_leaves_nothing(open_api):
+    """Eight 0.9 MB files, chunked (no Content-Length): the server writes them as they come, refuses once
+    the request passes API_MAX_REQUEST_MB while the client still has half of it to send, and deletes them.
+    (The client runs ahead of the server by what the sockets buffer, so it waits for the server's signs.)"""
+    sent, refused_at = 0, None
+
+    def body():
+        nonlocal sent, refused_at
+        for n in range(8):
+            yield multipart_head(f"part{n}.pdf")
+            for tenth in range(9):
+                yield b"0" * (MB // 10)
+                sent += MB // 10
+                if (n, tenth) == (2, 5):  # 2.3 MB sent: the server is writing the files as they come
+                    wait_for(lambda: len(open_api.upload_files()) >= 2, timeout=30, what="two files on disk")
+                if refused_at is None and sent > (REQUEST_MB + 0.5) * MB:
+                    wait_for(lambda: "its body passed the limit" in open_api.log(), timeout=30, what="the refusal")
+                    refused_at = sent
+            yield b"\r\n"
+        yield b"--bound--\r\n"
+
+    with open_api.client() as http, DiskWatch(open_api) as disk:
+        before = document_ids(http)
+        response = http.post("/api/documents", content=body(), headers={"Content-Type": "multipart/form-data; boundary=bound"})
+        assert api_error(response) == (413, REQUEST_TOO_LARGE)
+        assert refused_at is not None and sent - refused_at > 3 * MB  # refused with more than 3 MB still to come
+        assert 0 < disk.biggest <= FILE_MB * MB  # files were written as they came, none ever over MAX_FILE_MB
+        assert open_api.upload_files() == []  # and all deleted
+        assert document_ids(http) == before
+        # a chunked JSON body over API_MAX_JSON_MB ends the same way
+        big_json = (piece for piece in [b'{"query": "', *[b"a" * (MB // 4)] * (4 * JSON_MB + 2), b'"}'])
+        response = http.post("/api/search", content=big_json, headers={"Content-Type": "application/json"})
+        assert api_error(response) == (413, f"This request's body is over {JSON_MB} MB, the limit (setting API_MAX_JSON_MB).")
+        assert http.get("/api/health").status_code == 200  # and the server goes on
+
+
+def test_a_file_over_max_file_mb_is_deleted_from_disk_the_moment_it_passes_the_limit(open_api):
+    def body():
+        yield multipart_head("big.pdf")
+        for n in range(1, 23):  # 2.2 MB in all
+            yield b"0" * (MB // 10)
+            if n == 5:  # the server is writing it
+                wait_for(lambda: open_api.upload_files(), timeout=30, what="the file on disk")
+            if n == FILE_MB * 10 + 3:  # the server deletes it once past the limit, while it is still coming
+                wait_for(lambda: open_api.upload_files() == [], timeout=30, what="the deletion")
+
+    with open_api.client() as http, DiskWatch(open_api) as disk:
+        before = document_ids(http)
+        stream = (piece for part in (body(), [b"\r\n--bound--\r\n"]) for piece in part)
+        response = http.post("/api/documents", content=stream, headers={"Content-Type": "multipart/form-data; boundary=bound"})
+        assert api_error(response) == (413, "big.pdf is 2 MB; the limit is 1 MB (setting MAX_FILE_MB).")
+        assert 0 < disk.biggest <= FILE_MB * MB
+        assert open_api.upload_files() == [] and document_ids(http) == before
+
+
+def test_an_upload_is_capped_in_files_and_in_bytes_per_request(open_api, api_pdfs):
+    with open_api.client() as http:
+        before = document_ids(http)
+        too_many = [as_file(api_pdfs["facts"])] * (MAX_FILES + 1)
+        assert api_error(http.post("/api/documents", files=too_many)) == (
+            413, f"More than {MAX_FILES} files in one request; the limit is {MAX_FILES} (setting API_MAX_FILES). Nothing was added.")
+        # four real PDFs, each under MAX_FILE_MB, 3.6 MB together: refused on its Content-Length, unread
+        padded = [as_file(api_pdfs[f"padded{n}"]) for n in range(4)]
+        assert all(api_pdfs[f"padded{n}"].stat().st_size < FILE_MB * MB for n in range(4))
+        assert api_error(http.post("/api/documents", files=padded)) == (413, REQUEST_TOO_LARGE)
+        assert "Refused POST /api/documents: Content-Length" in open_api.log()
+        assert open_api.upload_files() == [] and document_ids(http) == before
+
+
+def test_finished_jobs_are_forgotten_by_count_and_by_age_with_a_sentence(open_api, api_pdfs):
+    with open_api.client() as http:
+        response = http.post("/api/documents", files=[as_file(api_pdfs["facts"]), as_file(api_pdfs["other"])])
+        first, second = response.json()["jobs"]
+        for job in (first, second):  # the event stream of a job ends when it is done
+            with http.stream("GET", f"/api/jobs/{job['id']}/events") as events:
+                last = events.read().decode().strip().rsplit("data:", 1)[1]
+            assert json.loads(last)["state"] == "done", last
+        status, message = api_error(http.get(f"/api/jobs/{first['id']}"))  # API_JOB_KEEP_COUNT=1: only the last is kept
+        assert status == 404 and message == (
+            f"Job '{first['id']}' has finished and was forgotten: finished jobs are kept {KEEP_SECONDS} s, the last 1 of them "
+            f"(settings API_JOB_KEEP_SECONDS, API_JOB_KEEP_COUNT). If it added its document, GET /api/documents/{first['document_id']} shows it."
+        )
+        assert http.get(f"/api/jobs/{second['id']}").json()["state"] == "done"
+        time.sleep(KEEP_SECONDS + 1)
+        status, message = api_error(http.get(f"/api/jobs/{second['id']}"))
+        assert status == 404 and message.startswith(f"Job '{second['id']}' has finished and was forgotten")
+        assert {first["document_id"], second["document_id"]} <= set(document_ids(http))  # the documents stay
+        assert api_error(http.get("/api/jobs/nope")) == (404, "There is no job 'nope' (jobs are forgotten when the server restarts).")
