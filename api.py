@@ -537,7 +537,7 @@ class AnswerWorker:
             with closing(iter(stream)) as pieces:  # closing releases the model at once when the client hung up
                 for piece in pieces:
                     if job.cancelled.is_set():
-                        log.info("Stopped answering %r: the client went away", q.text)
+                        log.info("Stopped answering: the client went away")
                         return
                     if piece:
                         job.emit("token", {"text": piece})
@@ -547,7 +547,7 @@ class AnswerWorker:
             job.emit("answer", answer)
         except Exception as err:  # any failure becomes the request's error event; the worker goes on
             status, message = status_and_message(err)
-            log.warning("Answering %r with %s failed: %s", q.text, job.model_id or "the default model", message)
+            log.warning("Answering with %s failed: %s", job.model_id or "the default model", message)
             job.emit("error", {"status": status, "message": message})
 
 
@@ -1053,7 +1053,7 @@ def search(lib: Lib, body: SearchRequest) -> dict:
         return {"query": body.query, "unit": body.unit, "results": [hit_json(h) for h in hits]}
     hits = lib.retriever.search(body.query, scope=scope)  # the pages /api/ask reads its evidence from
     lines = evidence.best_lines(body.query, hits, lib.retriever, n=body.k)
-    log.info("Search by line for %r: %d lines", body.query, len(lines))
+    log.info("Search by line: %d lines", len(lines))
     return {"query": body.query, "unit": body.unit, "results": [line_json(h) for h in lines]}
 
 
@@ -1313,7 +1313,7 @@ def save_exchange(question: Question, stream: qa.AnswerStream, model_id: str | N
     try:
         conversations.append(question.conversation, {"role": "user", "content": question.text}, reply)
     except (conversations.ConversationNotFound, conversations.ConversationStoreError) as err:
-        log.warning("The answer to %r was not kept in conversation %s: %s", question.text, question.conversation,
+        log.warning("An answer was not kept in conversation %s: %s", question.conversation,
                     "it was deleted" if isinstance(err, conversations.ConversationNotFound) else err)
         return None
     return question.conversation

@@ -144,7 +144,7 @@ def rewrite_query(llm: BaseChatModel, question: str, history: list[tuple[str, st
     except Exception as err:  # any transport or server failure
         raise models.ModelUnavailableError(models.explain_failure(err, llm)) from err
     query = reply[0].strip().strip('"') if reply else ""
-    log.info("Rewrote follow-up %r as %r", question, query)
+    log.info("Rewrote a follow-up into a search of %d words", len(query.split()))
     return checked_rewrite(query, question, history)
 
 
@@ -166,8 +166,8 @@ def checked_rewrite(query: str, question: str, history: list[tuple[str, str]]) -
     keeps_topic = not set(tokenize(previous)) or bool(set(tokenize(query)) & (set(tokenize(said)) - set(tokenize(question))))
     if not invented and keeps_topic:
         return query
-    why = f"adds {sorted(invented)}" if invented else "drops the conversation's topic"
-    log.warning("Rewrite %r %s; searching the previous and this question instead", query, why)
+    why = f"adds {len(invented)} specific(s) no one said" if invented else "drops the conversation's topic"
+    log.warning("The rewrite %s; searching the previous and this question instead", why)
     return f"{previous} {question}".strip()
 
 

@@ -851,3 +851,12 @@ def test_a_colour_no_passage_names_is_not_guessed(store, embedder, llm, tmp_path
     livery = qa.answer_question("What colour are the regional trains?", retriever, llm=llm)
     assert livery.first_token_seconds is not None and livery.text != prompts.NO_COLOUR  # the model was asked
     assert not qa.colour_not_in_text("What range does red color represent in the chart?", cover_page)  # asks for a range
+
+
+def test_the_log_never_holds_what_was_asked(facts, llm, caplog):
+    """Deleting a conversation must leave its text nowhere on disk, and the log file is on disk."""
+    retriever, _ = facts
+    caplog.set_level("DEBUG")
+    history = [("user", "When did the railway reach the town, zanzibarquux?"), ("assistant", "In 1889 [1].")]
+    qa.answer_question("And what did zanzibarquux trains bring?", retriever, llm=llm, history=history)
+    assert caplog.records and not any("zanzibarquux" in r.getMessage() for r in caplog.records)
