@@ -73,7 +73,7 @@ from bench import add_model_flags, as_choice, choice_of, model_choices
 from retriever import Hit, Retriever
 
 BENCH = config.BASE_DIR.parent / "shared" / "bench" / "mmlongbench" / "questions.jsonl"
-LABELS = config.BASE_DIR / "input_data" / "citation_judgments.jsonl"
+LABELS = config.BASE_DIR / "evaluation" / "citation_judgments.jsonl"
 EVAL_SAMPLE = (40, 20)  # answerable, unanswerable: the default sample, held out from designing rules
 
 
