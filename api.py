@@ -990,6 +990,8 @@ def delete_document(lib: Lib, document_id: str) -> Response:
     busy = lib.ingester.busy_with(document_id)
     if busy is not None:
         raise ApiError(409, f"{doc['doc_name']} is being added again (job {busy.id}); delete it when that job is done.")
+    if lib.enricher is not None:
+        lib.enricher.cancel(document_id)  # stop labelling it now, not after its next page
     ingest.delete_document(lib.client, document_id)
     lib.retriever.refresh()
     return Response(status_code=204)

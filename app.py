@@ -183,6 +183,8 @@ def document_card(doc: dict, labelling: ingest.EnrichmentProgress | None) -> Non
     elif not labels_missing(doc):
         name_col.caption(f"Page labels: done, {failed} page(s) failed" if failed else "Page labels: done")
     if remove_col.button("", icon=":material/delete:", key=f"rm-{doc['collection']}", help="Remove from library"):
+        if config.ENRICH_ENABLED:
+            enricher().cancel(doc["collection"])  # stop labelling it now, not after its next page
         try:
             ingest.delete_document(store(), doc["collection"])
         except ingest.IngestError as err:  # removed but not purged, or the server went away

@@ -6,6 +6,7 @@
     python bench.py answer [--models qwen2.5-coder-0.5b qwen2.5-coder-1.5b] [--questions 10] [--json OUT]
     python bench.py answer --backend openai [--model NAME] [--base-url URL] [--questions 10] [--json OUT]
     python bench.py answer --while-labelling [--models ...] [--questions 4] [--seed 17] [--json OUT]
+    python bench.py memory [PDF] [--model NAME] [--questions 3] [--label-pages 6] [--json OUT]
     python bench.py runtime [--models ...] [--rounds 3] [--source-chars 800] [--json OUT]
     python bench.py api [--clients 20] [--ask-clients 4] [--chunks 10000] [--model NAME] [--json OUT]
 
@@ -40,6 +41,14 @@ from each of ``--clients`` concurrent /api/search clients, then ``--ask-rounds``
 questions from each of ``--ask-clients`` /api/ask clients, and reports p50/p95/max
 latency, errors, the longest wait in the answer queue and whether answers came
 round by round (a fair queue); it exits non-zero when any request failed.
+``memory`` runs, in a fresh child process on an empty store, what the app does with
+one upload: the embedder and a BackgroundEnricher, the PDF ingested and submitted for
+labels, ``--questions`` questions asked while the labeller runs (the first racing it
+to load the chat model), then labelling to its end; it prints resident memory after
+each step and the process's peak (VmHWM), and exits non-zero unless the chat model
+and the embedder were each loaded exactly once. ``answer --while-labelling`` cancels
+the labeller after each "running" question and waits at most 60 s for it to stop
+(it reports how long it took; a labeller that does not stop is an error, not a hang).
 
 Timings are single runs on a shared machine: repeat and compare medians.
 """
@@ -400,6 +409,7 @@ def time_answers(choice: str, questions: list[str]) -> dict:
 
 
 LABELLING_PDF = BENCH_PDFS / "05-03-18-political-release.pdf"  # 17 text pages
+LABELLER_STOP_TIMEOUT_S = 60  # a cancelled labeller stops at its next reply step: far less than this
 
 
 def labelling_collection(store_dir: str):
@@ -447,9 +457,12 @@ def time_answers_while_labelling(model_name: str, questions: list[str], fresh: l
                     time.sleep(rng.uniform(2.0, 12.0))
                 row[f"{condition}_first_token_s"] = round(stream_answer(cold, retriever, question, first_token_only=True)["first_token_s"], 2)
                 if labeller:
-                    cancel.set()
-                    with models.QUESTIONS.asking():  # interrupts the page in hand, which then sees cancel
-                        labeller.join()
+                    t = time.perf_counter()
+                    cancel.set()  # stops the page in hand at its next step, or the labeller's wait for a question
+                    labeller.join(timeout=LABELLER_STOP_TIMEOUT_S)
+                    if labeller.is_alive():
+                        raise RuntimeError(f"The labeller did not stop within {LABELLER_STOP_TIMEOUT_S} s of being cancelled")
+                    row["labeller_stop_s"] = round(time.perf_counter() - t, 2)
             row["ratio"] = round(row["running_first_token_s"] / row["idle_first_token_s"], 2)
             pairs.append(row)
             print(f"while labelling: {row}", file=sys.stderr)
@@ -472,9 +485,120 @@ def time_answers_while_labelling(model_name: str, questions: list[str], fresh: l
         "median_running_first_token_s": running,
         "ratio_of_medians": round(running / idle, 2),
         "median_pair_ratio": statistics.median(p["ratio"] for p in pairs),
+        "max_labeller_stop_s": max(p["labeller_stop_s"] for p in pairs),
         "second_question_cold_first_token_s": second_cold,
         "second_question_warm_prefix_first_token_s": warm,
     }
+
+
+# -----------------------------------------------------------------------------
+# The app's memory: one process doing what the app does (upload, labelling, questions)
+
+MEMORY_PDF = Path(config.INPUT_DATA_DIR) / "pdfs" / "R-intro.pdf"
+
+
+def _memory_mib() -> dict:
+    """This process's resident memory now and at its peak, MiB (Linux: VmRSS and VmHWM of /proc/self/status)."""
+    status = {}
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key in ("VmRSS", "VmHWM"):
+                    status[key] = round(int(value.split()[0]) / 1024)
+    except OSError:
+        pass
+    return {"rss_mib": status.get("VmRSS"), "peak_rss_mib": status.get("VmHWM")}
+
+
+def memory_one(pdf: Path, questions: list[str], label_pages: int) -> dict:
+    """In this process, the app's own pieces: the embedder and store, a BackgroundEnricher on
+    ``models.get_chat_model`` (as app.enricher()), ``pdf`` uploaded (ingested, then submitted for
+    labels), ``questions`` asked as app.py asks them (QUESTIONS.asking(), get_chat_model, qa) while
+    the labeller runs, then labelling to the end. The settings (temp store, model) come from the
+    environment ``time_memory`` gives. Memory after each step, its peak, and how often each model loaded.
+
+    ``label_pages`` > 0 marks the pages after the first N as labelled beforehand, so labelling ends
+    sooner: memory does not grow with pages labelled (one model, one context of LLM_N_CTX tokens).
+    """
+    import logging
+
+    import ingest
+    import models
+    import qa
+    from retriever import Retriever
+
+    loads = {"chat model": 0, "embedder": 0}
+
+    class CountLoads(logging.Handler):  # the lines models.py logs once per load
+        def emit(self, record: logging.LogRecord) -> None:
+            message = record.getMessage()
+            if message.startswith("Loaded embedded chat model"):
+                loads["chat model"] += 1
+            elif message.startswith("Embeddings: "):
+                loads["embedder"] += 1
+
+    models_log = logging.getLogger("models")
+    models_log.addHandler(CountLoads())
+    models_log.setLevel(logging.INFO)
+    steps: list[dict] = []
+
+    def step(name: str, started: float, **facts) -> None:
+        steps.append({"step": name, "s": round(time.perf_counter() - started, 1), **_memory_mib(), **facts})
+
+    t = time.perf_counter()
+    embedder = models.get_embeddings()
+    client = ingest.get_client()
+    enricher = ingest.BackgroundEnricher(client, embedder, models.get_chat_model)
+    step("start", t)
+    t = time.perf_counter()
+    result = ingest.ingest_pdf(pdf, client, embedder)
+    collection = ingest.open_collection(client, result.collection, embedder)
+    if label_pages:
+        rest = collection.get(where={"enriched": False}, include=["metadatas"])
+        skip = [(i, m) for i, m in zip(rest["ids"], rest["metadatas"]) if m["page"] > label_pages]
+        if skip:
+            collection.update(ids=[i for i, _ in skip], metadatas=[{**m, "enriched": True} for _, m in skip])
+    enricher.submit(result.collection)  # the labeller loads the chat model now, as the first question does
+    retriever = Retriever(client, embedder)
+    step("upload", t, pages=result.pages, chunks=result.chunks)
+    for number, question in enumerate(questions, 1):
+        t = time.perf_counter()
+        with models.QUESTIONS.asking():
+            llm = models.get_chat_model()
+            answer = qa.answer_question(question, retriever, llm=llm)
+        step(f"question {number}", t, refused=answer.refused)
+    t = time.perf_counter()
+    while enricher.progress()[result.collection].state in ("queued", "labelling"):
+        time.sleep(0.5)
+    state = enricher.progress()[result.collection]
+    titled = {m["page"] for m in collection.get(include=["metadatas"])["metadatas"] if m.get("title")}
+    step("labelling done", t, state=state.state, pages_labelled=len(titled))
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return {
+        "model": config.EMBEDDED_LLM,
+        "pdf": pdf.name,
+        "questions": len(questions),
+        "chat_model_loads": loads["chat model"],
+        "embedder_loads": loads["embedder"],
+        "peak_rss_mib": _memory_mib()["peak_rss_mib"],
+        "ru_maxrss_mib": round(usage.ru_maxrss / 1024),
+        "steps": steps,
+    }
+
+
+def time_memory(model: str, pdf: Path, questions: list[str], label_pages: int) -> dict:
+    """``memory_one`` in a child process of its own (its peak RSS is the app's alone), on an empty temp store."""
+    with tempfile.TemporaryDirectory() as store_dir:
+        settings = {"CHROMA_PERSIST_DIR": store_dir, "CHROMA_HOST": "", "LLM_BACKEND": "embedded",
+                    "EMBED_BACKEND": "embedded", "EMBEDDED_LLM": model, "ENRICH_ENABLED": "true",
+                    "LOG_FILE": str(Path(store_dir) / "app.log")}
+        cmd = [sys.executable, __file__, "_memory_one", str(pdf), "--label-pages", str(label_pages)]
+        cmd += ["--ask", *questions] if questions else []
+        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **settings})
+    if proc.returncode != 0:
+        raise SystemExit(f"The memory run failed: {proc.stderr.strip()[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 # -----------------------------------------------------------------------------
@@ -784,6 +908,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--while-labelling", action="store_true", help="first token with page labelling idle vs running")
     p.add_argument("--seed", type=int, default=17, help="when, into the labelling, each question arrives")
     p.add_argument("--json", type=Path)
+    for name in ("memory", "_memory_one"):
+        p = sub.add_parser(name)
+        p.add_argument("pdf", nargs="?", type=Path, default=MEMORY_PDF, help="the PDF to upload (default: input_data's)")
+        p.add_argument("--model", default=config.EMBEDDED_LLM, help="embedded chat model (default: the app's, EMBEDDED_LLM)")
+        p.add_argument("--questions", type=int, default=3, help="how many of input_data's questions to ask while labelling")
+        p.add_argument("--ask", nargs="+", help="the questions themselves (instead of input_data's)")
+        p.add_argument("--label-pages", type=int, default=6, help="label only the first N pages (0: all of them)")
+        p.add_argument("--json", type=Path)
     p = sub.add_parser("runtime")
     p.add_argument("--models", nargs="+", default=["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
     p.add_argument("--rounds", type=int, default=3, help="interleaved fresh-process runs per runtime and model")
@@ -812,6 +944,10 @@ def main(argv: list[str] | None = None) -> int:
         config.setup_logging(40)
         print(json.dumps(runtime_one(args.runtime, args.model, args.source_chars)))
         return 0
+    if args.command == "_memory_one":
+        config.setup_logging(40)
+        print(json.dumps(memory_one(args.pdf, args.ask or [], args.label_pages)))
+        return 0
     if args.command != "_ingest_one":
         print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
     if args.command == "answer":
@@ -834,6 +970,20 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             args.json.write_text(json.dumps({"answer": rows}, indent=2))
         return 0
+    if args.command == "memory":
+        questions = args.ask or [q["question"] for q in json.loads((Path(config.INPUT_DATA_DIR) / "eval_questions.json").read_text())]
+        row = time_memory(args.model, args.pdf, questions[: args.questions], args.label_pages)
+        print_table([["step", "seconds", "RSS MiB", "peak RSS MiB", "facts"]] + [
+            [s["step"], s["s"], s["rss_mib"], s["peak_rss_mib"],
+             ", ".join(f"{k}={v}" for k, v in s.items() if k not in ("step", "s", "rss_mib", "peak_rss_mib"))]
+            for s in row["steps"]
+        ])
+        print(f"{row['model']}, {row['pdf']}, {row['questions']} questions: peak RSS {row['peak_rss_mib']} MiB "
+              f"(ru_maxrss {row['ru_maxrss_mib']} MiB); chat model loaded {row['chat_model_loads']}x, "
+              f"embedder {row['embedder_loads']}x")
+        if args.json:
+            args.json.write_text(json.dumps({"memory": row}, indent=2))
+        return 0 if row["chat_model_loads"] == row["embedder_loads"] == 1 else 1
     if args.command == "runtime":
         config.setup_logging(40)
         result = compare_runtimes(args.models, args.rounds, args.source_chars)

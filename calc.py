@@ -26,6 +26,7 @@ arithmetic lines are not claims about a page, so the checker leaves them unjudge
 from __future__ import annotations
 
 import ast
+import math
 import operator
 import re
 
@@ -76,7 +77,9 @@ _FORMULAS = [(re.compile(pattern, re.IGNORECASE), formula) for pattern, formula 
 _DECIMALS = re.compile(r"\b(one|two|three|four|\d) decimal places?\b", re.IGNORECASE)
 _WORD_DIGITS = {"one": 1, "two": 2, "three": 3, "four": 4}
 _OPERATOR = re.compile(r"\d\s*[-+*/×÷−–x]\s*[\d($]")
-_CALCULATION_LINE = re.compile(r"^[\s*_#>-]*calculation\s*[:：]\s*(?P<expr>.+)$", re.IGNORECASE | re.MULTILINE)
+# The line's lead-in stays on its line: a lead-in that could run over line breaks ([\s]) made every empty
+# line of a reply retry the rest of it (quadratic on a run of blank lines).
+_CALCULATION_LINE = re.compile(r"^(?:[*_#>-]|[^\S\n])*calculation\s*[:：]\s*(?P<expr>.+)$", re.IGNORECASE | re.MULTILINE)
 _FIGURE = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)?|\.\d+")
 # Constants a formula may bring that no page prints: halves for an average, 100 for a percentage,
 # days and months in a year for turnover days.
@@ -143,21 +146,40 @@ def unknown_operands(expression: str, passages: list[str], question: str) -> lis
     return [figure for figure in operands(expression) if figure not in known]
 
 
+# Only plain figures, + - * / and parentheses reach Python's parser, and only a line's worth: it warns on
+# stderr about text like "12abc" (SyntaxWarning), and fails on long or deeply nested input with MemoryError
+# or RecursionError rather than SyntaxError (3.11: from ~1,500 tokens). A calculation a reader can check
+# fits on a line, and a page prints figures, not exponents ("1e308").
+_ARITHMETIC = re.compile(r"[0-9.+\-*/() \t]{1,1000}")
+
+
+def _finite(value: float) -> float:
+    """``value``, or ValueError when it is inf or nan: a figure or step past a float's range is no figure."""
+    if not math.isfinite(value):
+        raise ValueError(f"not a finite number: {value}")
+    return value
+
+
 def _value(node: ast.AST) -> float:
-    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
-        return float(node.value)
+    """The value of an arithmetic syntax tree; ValueError for anything else (names, calls, powers, True)."""
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):  # not bool, not complex
+        return _finite(float(node.value))  # float() of an int past 1.8e308 raises OverflowError
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
         return -_value(node.operand) if isinstance(node.op, ast.USub) else _value(node.operand)
     if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
-        return _OPERATORS[type(node.op)](_value(node.left), _value(node.right))
+        return _finite(_OPERATORS[type(node.op)](_value(node.left), _value(node.right)))
     raise ValueError(f"not arithmetic: {ast.dump(node)[:60]}")
 
 
 def evaluate(expression: str) -> float | None:
-    """evaluate("$1,200 - 800") -> 400.0; None for anything but + - * / and parentheses, or a division by zero."""
+    """evaluate("$1,200 - 800") -> 400.0; None for anything but figures, + - * / and parentheses, a
+    division by zero, or a figure or result a float cannot hold (inf and nan are no result)."""
+    text = _as_python(expression)
+    if not _ARITHMETIC.fullmatch(text):
+        return None
     try:
-        return _value(ast.parse(_as_python(expression), mode="eval").body)
-    except (SyntaxError, ValueError, ZeroDivisionError, RecursionError):
+        return _value(ast.parse(text, mode="eval").body)
+    except (SyntaxError, ValueError, ZeroDivisionError, OverflowError, RecursionError):
         return None
 
 

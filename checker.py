@@ -35,14 +35,16 @@ correctly. Deliberately simple: support is judged by word overlap (or a near-par
 embedding) plus hard rules for what overlap cannot vouch for (a number, month, name or
 quotation the passage lacks; a figure from another row, sentence or year), not by an
 entailment model (none runs offline here). The rules were written from hand-judged
-citations (input_data/citation_judgments.jsonl, citation_judgments_sample60.jsonl, the lookup
+citations (evaluation/citation_judgments.jsonl, citation_judgments_sample60.jsonl, the lookup
 rule from citation_judgments_dev23.jsonl, the restated-question rule from the dev41-dev173 sets) and
-are measured on judged sets drawn after them (input_data/citation_judgments_dev307 … dev599.jsonl and
-their predecessors, each marked fitted or held out in input_data/README.md): ``eval_answers.py --recheck``.
+are measured on judged sets drawn after them (evaluation/citation_judgments_dev307 … dev599.jsonl and
+their predecessors, each marked fitted or held out in evaluation/README.md): ``eval_answers.py --recheck``.
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import re
 from dataclasses import dataclass, field
 
@@ -56,8 +58,13 @@ from routing import FIGURES_LINE, NAME_RUN
 # -----------------------------------------------------------------------------
 # Citations
 
-_MARKER = re.compile(r"\[(\d+(?:\s*,\s*\d+)*)\]")
-_SENTENCE_END = re.compile(r"[.!?]+(?:\s*\[\d+(?:\s*,\s*\d+)*\])*(?=\s|$)")
+# A marker numbers a passage shown to the model: nine digits is past any list of them, so a longer run
+# of digits in brackets is text, not a marker (and int() refuses strings past 4,300 digits).
+_MARKER_GROUP = r"\d{1,9}(?:\s*,\s*\d{1,9})*"
+_MARKER = re.compile(rf"\[({_MARKER_GROUP})\]")
+# A sentence end starts where its run of marks starts: tried from inside a run ("....x"), the pattern
+# would re-scan the rest of the run at every mark (quadratic on a long run).
+_SENTENCE_END = re.compile(rf"(?<![.!?])[.!?]+(?:\s*\[{_MARKER_GROUP}\])*(?=\s|$)")
 # A period after these is not the end of a sentence ("Rs. 1,039 million", "Fig. 3", "e.g. this").
 _ABBREVIATIONS = set(
     "rs mr mrs ms dr prof st no nos vs fig figs eq sec ch vol pp p e.g i.e etc inc ltd co corp approx est "
@@ -87,7 +94,7 @@ def strip_markers(text: str) -> str:
 
 def _ends_sentence(line: str, start: int, match: re.Match) -> bool:
     """Is this period (or ! or ?) a sentence end, not an abbreviation or a decimal-like break?"""
-    words = line[start : match.start()].split()
+    words = line[start : match.start()].rsplit(maxsplit=1)  # the last word only: a long sentence is not re-split at each mark
     last = words[-1].rstrip(".").lstrip("([{\"'“‘") if words else ""  # "(approx." is "approx"
     if match.group(0).startswith(".") and (last.lower() in _ABBREVIATIONS or _INITIALS.fullmatch(last)):
         return False
@@ -296,45 +303,132 @@ def misplaced_figures(claim: str, passage: str, question: str = "") -> set[str]:
     misplaced_figures("Net income was 412", "| | 2023 |\n| Operating income | 412 |\n| Net income | 296 |") -> {"412"}
     """
     words = _label_words(claim)
+    passage_years = years_in(passage)
     # the question's year is the subject, unless the passage names that year too (then it picks a column)
-    years = years_in(claim) - (years_in(question) - years_in(passage))
+    years = years_in(claim) - (years_in(question) - passage_years)
     units = [(u, _label_words(u), numbers_in(u)) for u in passage_units(passage)]
     figure_units = [(u, w, n) for u, w, n in units if n]
     best_fit = max((len(words & w) for _, w, _ in figure_units), default=0)
+    # the passage is read once for all the claim's figures: a claim listing many figures costs no re-reading
+    layout, readers = _line_layout(passage), {}
+    asked = financial_years(claim)
+    rows = _row_years(passage) if asked else {}
     misplaced = set()
     for figure in numbers_in(claim) - subject_figures(question) - shared_references(claim, passage):
-        if _YEAR.match(figure) and figure in years_in(passage):
+        if _YEAR.match(figure) and figure in passage_years:
             continue  # a year the claim names is context, checked below for each figure beside it
-        places = _worded_places([(u, w, n) for u, w, n in figure_units if figure in n], figure, passage)
-        fits = [len(words & w) for u, w, n in places if not (years and years_in(u) - {figure} and not years & years_in(u))]
-        if (places and not (fits and max(fits) >= max(best_fit, 1))) or in_another_financial_year(figure, claim, passage):
+        places = _worded_places([(u, w, n) for u, w, n in figure_units if figure in n], figure, layout, readers)
+        fits = [len(words & w) for w, y in places if not (years and y - {figure} and not years & y)]
+        if (places and not (fits and max(fits) >= max(best_fit, 1))) or (asked and _only_in_other_years(figure, asked, rows)):
             misplaced.add(figure)
     return misplaced
 
 
-def _worded_places(places: list[tuple[str, set[str], set[str]]], figure: str, passage: str) -> list[tuple[str, set[str], set[str]]]:
-    """``places`` narrowed to where the passage writes ``figure`` on a line with words, when it does
-    anywhere, each place ending where a run of value-only lines begins: such a line says what the
-    figure is, and a bare repeat of it among a chart's values (flattened one per line), or the labels
-    printed after those values, say nothing more about it.
+def _values_lines_after(lines: list[str]) -> list[int]:
+    """For each line, the index of the next value-only line after it (len(lines) when none), in one pass.
+
+    _values_lines_after(["Sales", "12", "Costs", "8"]) -> [1, 3, 3, 4]
+    """
+    stops, following = [], len(lines)
+    for i in range(len(lines) - 1, -1, -1):
+        stops.append(following)
+        if lines[i] and FIGURES_LINE.match(lines[i]):
+            following = i
+    return stops[::-1]
+
+
+@dataclass
+class _LineLayout:
+    """A passage's lines as ``_worded_places`` reads them, worked out once per passage."""
+    lines: list[str]  # spaces normalised
+    stops: list[int]  # the next value-only line after each line
+    at: list[int]  # where each line starts in the text of the lines joined (empty lines left out)
+    worded: dict[str, list[int]]  # figure -> the lines with words (not value-only, not table rows) it stands on
+    runs: dict[int, tuple[int, str]] = field(default_factory=dict)  # next values line -> (where its run starts, its text)
+
+    def upto_values(self, i: int) -> str:
+        """Line ``i`` (not value-only) and the lines after it up to the next value-only line, joined by
+        spaces (empty ones left out); each run of lines between value-only lines is joined once, from its
+        first line, whichever line asks first: a line's text is a suffix of its run's."""
+        stop = self.stops[i]
+        if stop not in self.runs:
+            first = next(j for j in range(i, -1, -1) if j == 0 or (self.lines[j - 1] and FIGURES_LINE.match(self.lines[j - 1])))
+            self.runs[stop] = self.at[first], " ".join(line for line in self.lines[first:stop] if line)
+        start, run = self.runs[stop]
+        return run[self.at[i] - start :]
+
+
+def _line_layout(passage: str) -> _LineLayout:
+    """The ``_LineLayout`` of ``passage``."""
+    lines = [" ".join(line.split()) for line in passage.split("\n")]
+    worded: dict[str, list[int]] = {}
+    for i, line in enumerate(lines):
+        if not (FIGURES_LINE.match(line) or _TABLE_LINE.match(line)):
+            for figure in numbers_in(line):
+                worded.setdefault(figure, []).append(i)
+    at = list(itertools.accumulate((len(line) + 1 if line else 0 for line in lines), initial=0))
+    return _LineLayout(lines, _values_lines_after(lines), at, worded)
+
+
+class _PrefixReading:
+    """The label words and years of the prefixes of one place, read incrementally: a prefix is the
+    longest prefix cut at a space read before it, plus the text from that one's last word on (a token
+    spans at most two words: "FY '19", "Appendix ii"; a year none), so a long place cut at every line
+    is read about once, not once per cut.
+
+    _PrefixReading("Net sales 2023 12 Cost of sales 8")(14) -> ({"net", "sales"}, {"2023"})
+    """
+
+    def __init__(self, text: str):
+        self.text, self.ends, self.read = text, [0], [(frozenset(), frozenset())]
+
+    def __call__(self, end: int) -> tuple[frozenset[str], frozenset[str]]:
+        k = bisect.bisect_right(self.ends, end) - 1
+        if self.ends[k] == end:
+            return self.read[k]
+        start = self.text.rfind(" ", 0, self.ends[k]) + 1  # the last word before the prefix already read
+        words, years = self.read[k]
+        rest = self.text[start:end]
+        reading = words | _label_words(rest), years | years_in(rest)
+        if self.text[end : end + 1] in ("", " "):  # a prefix cut inside a word holds a part of it: no base
+            self.ends.insert(k + 1, end)
+            self.read.insert(k + 1, reading)
+        return reading
+
+
+def _reader(readers: dict[str, _PrefixReading], place: str) -> _PrefixReading:
+    """The ``_PrefixReading`` of ``place`` kept in ``readers``, made the first time it is asked for."""
+    if place not in readers:
+        readers[place] = _PrefixReading(place)
+    return readers[place]
+
+
+def _worded_places(places: list[tuple[str, set[str], set[str]]], figure: str, layout: _LineLayout,
+                   readers: dict[str, _PrefixReading]) -> list[tuple[set[str], set[str]]]:
+    """(label words, years) of ``places`` narrowed to where the passage writes ``figure`` on a line with
+    words, when it does anywhere, each place ending where a run of value-only lines begins: such a line
+    says what the figure is, and a bare repeat of it among a chart's values (flattened one per line), or
+    the labels printed after those values, say nothing more about it. ``readers`` keeps each place's
+    ``_PrefixReading`` between the figures of one claim.
 
     "GDP (per capita): (2014) $4,271" then "$4,271" among "2011", "2012": "$4,271 in 2012" is judged by the first line only
     """
-    lines = [" ".join(line.split()) for line in passage.split("\n")]
-    narrowed = []
-    for i, line in enumerate(lines):
-        if figure not in numbers_in(line) or FIGURES_LINE.match(line) or _TABLE_LINE.match(line):
-            continue
-        stop = next((j for j in range(i + 1, len(lines)) if lines[j] and FIGURES_LINE.match(lines[j])), len(lines))
-        upto = " ".join(part for part in lines[i:stop] if part)
-        for unit, words, numbers in places:
+    found: dict[int, int] = {}  # place -> where its last line was found in it
+    narrowed: dict[str, tuple[set[str], set[str]]] = {}
+    for i in layout.worded.get(figure, []):
+        line, upto = layout.lines[i], layout.upto_values(i)
+        for k, (unit, words, numbers) in enumerate(places):
+            reader = _reader(readers, unit)
             if line in unit:
-                start = unit.index(line)
-                cut = unit[: start + len(upto)] if unit[start:].startswith(upto) else unit
-                narrowed.append((cut, _label_words(cut), numbers_in(cut)))
+                # a line repeated in a place is found where it stands, not at its first copy
+                start = unit.find(line, found.get(k, 0))
+                start = start if start >= 0 else unit.index(line)
+                found[k] = start + len(line)
+                end = start + len(upto) if unit.startswith(upto, start) else len(unit)
+                narrowed[unit[:end]] = reader(end)
             elif unit in line:
-                narrowed.append((unit, words, numbers))
-    return narrowed or places
+                narrowed[unit] = reader(len(unit))
+    return list(narrowed.values()) or [_reader(readers, u)(len(u)) for u, _, _ in places]
 
 
 def in_another_financial_year(figure: str, claim: str, passage: str) -> bool:
@@ -344,14 +438,29 @@ def in_another_financial_year(figure: str, claim: str, passage: str) -> bool:
     in_another_financial_year("98", "In 2002-03 the dividend was 98", "2002-03\n12\n2003-04\n98") -> True
     """
     asked = financial_years(claim)
-    if not asked:
-        return False
-    lines = passage.split("\n")
-    row_years = []
-    for i, line in enumerate(lines):
-        if figure in numbers_in(line) and not financial_years(line):
-            above = next((financial_years(l) for l in reversed(lines[:i]) if financial_years(l)), None)
-            row_years.append(above)
+    return bool(asked) and _only_in_other_years(figure, asked, _row_years(passage))
+
+
+def _row_years(passage: str) -> dict[str, list[set[str] | None]]:
+    """For each figure, the financial years of each line it stands on: those of the nearest line above
+    that names some (None when none does), in one pass down the passage (lines naming years are rows' heads).
+
+    _row_years("2002-03\n12\n2003-04\n98") -> {"12": [{"2002-03"}], "98": [{"2003-04"}]}
+    """
+    rows: dict[str, list[set[str] | None]] = {}
+    above = None
+    for line in passage.split("\n"):
+        if spans := financial_years(line):
+            above = spans
+            continue
+        for figure in numbers_in(line):
+            rows.setdefault(figure, []).append(above)
+    return rows
+
+
+def _only_in_other_years(figure: str, asked: set[str], rows: dict[str, list[set[str] | None]]) -> bool:
+    """Is every row of ``figure`` (``_row_years``) headed by financial years, none of them ``asked``?"""
+    row_years = rows.get(figure, [])
     return bool(row_years) and all(years is not None and not years & asked for years in row_years)
 
 

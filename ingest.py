@@ -50,7 +50,6 @@ import fcntl
 import hashlib
 import json
 import logging
-import re
 import shutil
 import sqlite3
 import sys
@@ -712,12 +711,14 @@ def parse_enrichment(reply: str) -> tuple[str, list[str]] | None:
 
     parse_enrichment('Sure! {"title": "Revenue", "keywords": ["sales", "2021"]}') -> ("Revenue", ["sales", "2021"])
     """
-    match = re.search(r"\{.*\}", reply, re.DOTALL)
-    if not match:
+    # From the first "{" to the last "}", found by index: a regex search for it retried every "{" of a
+    # reply without a "}" (quadratic).
+    start, end = reply.find("{"), reply.rfind("}")
+    if start < 0 or end < start:
         return None
     try:
-        data = json.loads(match.group(0))
-    except json.JSONDecodeError:
+        data = json.loads(reply[start : end + 1])
+    except (ValueError, RecursionError):  # malformed, an integer past 4,300 digits, or nested past the stack
         return None
     title = data.get("title") if isinstance(data, dict) else None
     if not isinstance(title, str) or not title.strip():
@@ -725,8 +726,11 @@ def parse_enrichment(reply: str) -> tuple[str, list[str]] | None:
     keywords = data.get("keywords") or []
     if isinstance(keywords, str):
         keywords = keywords.split(",")
-    keywords = [str(k).strip() for k in keywords if str(k).strip()][:8]
-    return " ".join(title.split()[:12]), keywords
+    # keywords are a list or a comma-separated string, each a word or a whole number: any other JSON
+    # (a number alone, true, an object, a nested list, nan) names none
+    words = keywords if isinstance(keywords, list) else []
+    words = [str(k).strip() for k in words if isinstance(k, (str, int)) and not isinstance(k, bool)]
+    return " ".join(title.split()[:12]), [k for k in words if k][:8]
 
 
 def page_texts(collection) -> dict[int, str]:
@@ -758,7 +762,9 @@ def _label_page(
 
     Each call waits while a question is being asked; a call a question interrupts
     (YieldedToQuestion) is asked again afterwards and does not count as a try,
-    unless ``cancel`` was set meanwhile (then _LabellingCancelled).
+    unless ``cancel`` was set meanwhile (then _LabellingCancelled). ``cancel`` set
+    while waiting, or during an embedded model's call (BackgroundCancelled, when
+    ``llm`` came from ``models.for_background_json(..., cancel=cancel)``), ends it too.
     """
     user = prompts.ENRICH_USER.format(
         page_number=number,
@@ -774,6 +780,8 @@ def _label_page(
             raise _LabellingCancelled
         try:
             reply = llm.invoke(messages).content
+        except models.BackgroundCancelled:
+            raise _LabellingCancelled from None
         except models.YieldedToQuestion:
             log.debug("Page %d: labelling paused for a question", number)
             continue
@@ -801,7 +809,8 @@ def enrich_document(
 
     Each page is written as soon as it is labelled, so a stop (``cancel`` set,
     Ctrl-C, a crash) loses at most the page in hand and a later call resumes.
-    ``cancel`` is seen between pages, and mid-page when a question interrupts.
+    ``cancel`` is seen between pages, while waiting for a question to end, and
+    (embedded model) at the next step of a reply in flight.
     A page whose two replies were unusable is marked ``label_failed`` (no title,
     no keywords; its text still counts) and counted in the collection's
     ``label_failed_pages``; it is not asked again.
@@ -810,7 +819,7 @@ def enrich_document(
     todo = pages_to_enrich(collection)
     if not todo:
         return 0
-    llm = models.for_background_json(llm or models.get_chat_model(), config.ENRICH_MAX_TOKENS, prompts.ENRICH_SCHEMA)
+    llm = models.for_background_json(llm or models.get_chat_model(), config.ENRICH_MAX_TOKENS, prompts.ENRICH_SCHEMA, cancel)
     texts = page_texts(collection)
     total_pages = collection.metadata["pages"]
     done_before = len(texts) - len(todo)
@@ -852,12 +861,15 @@ class BackgroundEnricher:
     read at any moment (the app polls it to draw progress bars). One thread, not
     one per document, because they would all wait on the same LLM anyway. The
     labeller pauses whenever a question is being asked (``models.QUESTIONS``).
+    ``cancel()`` drops a queued document, or stops the one in hand at once, even
+    while it waits for a question (its labels so far are kept; submitting it again resumes).
     """
 
     def __init__(self, client: chromadb.ClientAPI, embedder: Embeddings, llm: Callable[[], BaseChatModel]):
         self._client, self._embedder, self._llm = client, embedder, llm
         self._queue: list[str] = []
         self._progress: dict[str, EnrichmentProgress] = {}
+        self._in_hand: tuple[str, threading.Event] | None = None  # the document being labelled, its stop signal
         self._wake = threading.Condition()
         threading.Thread(target=self._work, name="enricher", daemon=True).start()
 
@@ -879,28 +891,46 @@ class BackgroundEnricher:
                 self._progress[name].ahead = in_hand + position
             return dict(self._progress)
 
+    def cancel(self, collection_name: str) -> None:
+        """Stop labelling a document: dropped from the queue, or stopped at once when in hand (at its
+        next reply step, or without waiting for an open question). It leaves ``progress()`` now."""
+        with self._wake:
+            if collection_name in self._queue:
+                self._queue.remove(collection_name)
+            if self._in_hand is not None and self._in_hand[0] == collection_name:
+                self._in_hand[1].set()
+            self._progress.pop(collection_name, None)
+
     def _work(self) -> None:
         while True:  # a daemon thread: it ends with the process; stopping mid-document loses one page at most
             with self._wake:
                 while not self._queue:
                     self._wake.wait()
                 name = self._queue.pop(0)
-                self._progress[name].state = "labelling"
-            self._enrich_one(name, self._progress[name])
+                state, cancel = self._progress[name], threading.Event()
+                state.state, self._in_hand = "labelling", (name, cancel)
+            try:
+                self._enrich_one(name, state, cancel)
+            finally:
+                with self._wake:
+                    self._in_hand = None
 
-    def _enrich_one(self, name: str, state: EnrichmentProgress) -> None:
+    def _enrich_one(self, name: str, state: EnrichmentProgress, cancel: threading.Event) -> None:
         def report(done: int, total: int, message: str) -> None:
             state.done, state.total, state.message = done, total, message
 
         try:
             collection = _complete_collection(self._client, name)  # any embedder: labels come from the text
             state.total, state.done = collection.metadata["pages"], collection.metadata.get("enriched_pages", 0)
-            enrich_document(collection, self._llm(), progress=report)
+            enrich_document(collection, self._llm(), progress=report, cancel=cancel)
             state.failed_pages = collection.metadata.get("label_failed_pages", 0)
-            state.state = "done"
+            if not cancel.is_set():  # a cancelled document has already left progress()
+                state.state = "done"
         except Exception as err:  # a removed document, a model that went away: report, keep the thread alive
-            if _collection_or_none(self._client, name) is None:
-                self._progress.pop(name, None)  # removed while being labelled: nothing to report
+            if cancel.is_set() or _collection_or_none(self._client, name) is None:
+                with self._wake:  # removed or cancelled while being labelled: nothing to report
+                    if self._progress.get(name) is state:
+                        del self._progress[name]
                 return
             log.warning("Labelling %s failed: %s", name, err)
             state.state, state.message = "failed", models.explain_failure(err)

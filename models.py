@@ -27,7 +27,14 @@ PyTorch: no transformers stack, no download.
 
 Questions first: ``QUESTIONS`` counts the questions being asked. Background work
 (page labels) waits while there are any, and an embedded background call in
-flight stops at its next prompt step or token when one arrives.
+flight stops at its next prompt step or token when one arrives. Every such wait
+also watches the background job's cancel event, so cancelling labelling while a
+question is open stops it at once (BackgroundCancelled) instead of waiting for
+whoever holds the question open.
+
+One of each model per process: ``get_chat_model`` and ``get_embeddings`` load
+under a lock, so the page labeller and a question asking first at the same
+moment share one copy instead of each loading their own.
 
 Kept simple on purpose: the SHA-256 is computed when the file is assembled and
 remembered in a small stamp file beside it (with size and mtime), rather than
@@ -194,11 +201,16 @@ class YieldedToQuestion(RuntimeError):
     """A background call stopped mid-reply because a question arrived; run it again later."""
 
 
+class BackgroundCancelled(RuntimeError):
+    """A background call stopped (before or mid-reply) because its job's cancel event was set; do not retry it."""
+
+
 class QuestionGate:
     """Counts the questions being asked; background work waits until there are none.
 
     with QUESTIONS.asking(): ...      around answering one question (the app, foreground model calls)
-    QUESTIONS.wait_until_none()       the page labeller, before each model call
+    QUESTIONS.wait_until_none(cancel) the page labeller, before each model call: background work passes
+                                      its cancel event, so a cancelled job never waits on a question
     """
 
     def __init__(self) -> None:
@@ -288,7 +300,9 @@ class EmbeddedChatModel(BaseChatModel):
 
     llama.cpp's server loop queues the calls and answers one at a time. A copy
     made with ``background=True`` (page labels) waits while a question is being
-    asked and stops mid-reply, raising YieldedToQuestion, when one arrives.
+    asked and stops mid-reply, raising YieldedToQuestion, when one arrives. Its
+    ``cancel`` event (``for_background_json``) ends that wait and the reply at its
+    next step, raising BackgroundCancelled.
     ``json_schema`` constrains the reply by grammar to JSON of that shape.
     """
 
@@ -299,6 +313,7 @@ class EmbeddedChatModel(BaseChatModel):
     max_tokens: int = 512
     json_schema: dict | None = None
     background: bool = False
+    cancel: threading.Event | None = None  # a background job's stop signal (see for_background_json)
     reuse_prompt_cache: bool = True  # off only for benchmarks that ask the same prompt twice
     server: Any = None
     tokenize_url: str = ""
@@ -354,12 +369,14 @@ class EmbeddedChatModel(BaseChatModel):
         handed: queue.Queue = queue.Queue()
         abandoned = threading.Event()
         yielded = threading.Event()
+        cancel = self.cancel if self.background else None
 
         def on_chunk(chunk: dict) -> bool:
             handed.put(chunk)
             if self.background and QUESTIONS.busy():
                 yielded.set()
-            return abandoned.is_set() or yielded.is_set() or _CLOSING.is_set()
+            cancelled = cancel is not None and cancel.is_set()
+            return abandoned.is_set() or yielded.is_set() or cancelled or _CLOSING.is_set()
 
         def run() -> None:
             try:
@@ -379,6 +396,8 @@ class EmbeddedChatModel(BaseChatModel):
                     raise chunk
                 if "error" in chunk:
                     raise RuntimeError(chunk["error"].get("message", str(chunk["error"])))
+                if cancel is not None and cancel.is_set():
+                    raise BackgroundCancelled("background job cancelled")
                 if yielded.is_set():
                     raise YieldedToQuestion("a question arrived")
                 yield chunk
@@ -395,7 +414,9 @@ class EmbeddedChatModel(BaseChatModel):
         request = self._request(messages, stop, **kwargs)
         with nullcontext() if self.background else QUESTIONS.asking():
             if self.background:
-                QUESTIONS.wait_until_none()
+                QUESTIONS.wait_until_none(self.cancel)  # never past a cancel: the question may wait for this job
+                if self.cancel is not None and self.cancel.is_set():
+                    raise BackgroundCancelled("background job cancelled")
             for part in self._chunks(request):
                 token = _chunk_text(part)
                 if token:
@@ -777,9 +798,32 @@ def save_choice(choice: str) -> None:
 # Embedders
 
 
-@lru_cache(maxsize=None)
+_EMBEDDER: list[Embeddings] = []  # the one embedder of this process, once loaded
+_EMBEDDER_LOADING = threading.Lock()
+
+
 def get_embeddings() -> Embeddings:
-    """The embedder to use, loaded once per process. Its ``name`` is recorded per collection."""
+    """The embedder to use, loaded once per process. Its ``name`` is recorded per collection.
+
+    One lock around loading, as for ``get_chat_model``: threads asking at once (the labeller and a
+    question) get the same embedder. A load that fails is not kept, so it is tried again.
+    """
+    with _EMBEDDER_LOADING:
+        if not _EMBEDDER:
+            _EMBEDDER.append(_load_embeddings())
+        return _EMBEDDER[0]
+
+
+def forget_embeddings() -> None:
+    """Drop the loaded embedder (tests change the settings between runs)."""
+    with _EMBEDDER_LOADING:
+        _EMBEDDER.clear()
+
+
+get_embeddings.cache_clear = forget_embeddings  # the name callers used when this was an lru_cache
+
+
+def _load_embeddings() -> Embeddings:
     if _use_ollama(config.EMBED_BACKEND, config.EMBED_MODEL):
         from langchain_ollama import OllamaEmbeddings
 
@@ -876,11 +920,15 @@ def with_max_tokens(model: BaseChatModel, max_tokens: int) -> BaseChatModel:
     return model.model_copy(update={"num_predict": max_tokens})
 
 
-def for_background_json(model: BaseChatModel, max_tokens: int, schema: dict) -> BaseChatModel:
+def for_background_json(
+    model: BaseChatModel, max_tokens: int, schema: dict, cancel: threading.Event | None = None
+) -> BaseChatModel:
     """A copy of ``model`` for background jobs (page labels): replies are JSON of ``schema``,
-    at most ``max_tokens`` long, and the embedded model yields to questions mid-reply."""
+    at most ``max_tokens`` long, and the embedded model yields to questions mid-reply and stops,
+    raising BackgroundCancelled, when ``cancel`` is set (while waiting for a question, too)."""
     if isinstance(model, EmbeddedChatModel):
-        return model.model_copy(update={"max_tokens": max_tokens, "json_schema": schema, "background": True})
+        return model.model_copy(update={"max_tokens": max_tokens, "json_schema": schema, "background": True,
+                                        "cancel": cancel})
     if isinstance(model, ServerChatModel):
         shape = {"type": "json_schema", "json_schema": {"name": "page_label", "schema": schema}}
         return model.model_copy(update={"max_tokens": max_tokens, "model_kwargs": {"response_format": shape}})

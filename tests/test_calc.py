@@ -72,3 +72,32 @@ def test_the_worked_out_result_is_read_back_only_when_it_was_computed():
     assert calc.result_of("Sales: 10 [1]\nWorked out: 10 - 4 = 6") == "6"
     assert calc.result_of("Worked out: not computed: 14, 13 is in none of the passages.") is None
     assert calc.result_of("The documents do not say.") is None
+
+
+def test_a_figure_too_large_for_a_float_is_no_result_not_an_error():
+    huge = "1" * 400  # float(int) raised OverflowError for this
+    assert calc.evaluate(huge + " + 1") is None
+    assert calc.evaluate(huge) is None
+    reply = f"Sales: {huge} [1]\nCalculation: {huge} + 1"
+    assert calc.calculation_of(reply) == f"{huge} + 1"
+    assert calc.worked_out(reply, [f"Sales {huge}", "Costs 1"], "What is the sum?") == (
+        "Worked out: not computed: the calculation is not plain arithmetic.")
+
+
+def test_an_infinite_or_undefined_result_is_no_result():
+    assert calc.evaluate("1e308*10") is None  # was inf (and a page prints no exponent)
+    e308 = "1" + "0" * 308  # 1e308 as a page would print it
+    assert calc.evaluate(f"{e308} * 10") is None  # was inf
+    assert calc.evaluate(f"{e308} * 10 - {e308} * 10") is None  # was nan
+    assert calc.evaluate(f"1 / ({e308} * 10)") is None  # an infinite step makes no finite result
+    assert calc.evaluate(f"{e308} / 0.0000000001") is None
+    assert calc.evaluate(f"{e308} + {e308[:-1]}") == 1.1e308  # large but finite is still a result
+
+
+def test_text_that_is_not_arithmetic_never_reaches_the_parser_limits():
+    # Python's parser raised MemoryError on ~1,500 words and RecursionError on deep nesting
+    assert calc.evaluate("x " * 3000) is None
+    assert calc.evaluate("-" * 20000 + "1") is None
+    assert calc.evaluate("True + 1") is None  # a name, not a figure
+    assert calc.evaluate("12abc + 1") is None  # not parsed: Python warned "invalid decimal literal" on stderr
+    assert calc.calculation_of("\n" * 20000) is None  # was quadratic in a run of blank lines

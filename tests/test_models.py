@@ -63,19 +63,24 @@ def test_background_json_replies_parse_and_yield_to_a_question(llm):
     reply = labeller.invoke([HumanMessage("Give a title for a page about lighthouses.")])
     assert json.loads(reply.content)["title"]
 
+    given_way = threading.Event()
+
     def ask_once_the_reply_is_under_way() -> None:
         while not models._REPLIES:  # the labeller's call has reached llama.cpp
             time.sleep(0.01)
         with models.QUESTIONS.asking():
-            time.sleep(1.0)  # the question holds the model long enough for the labeller to notice
+            given_way.wait(timeout=120)  # the question stays open until the labeller has noticed, however busy the CPU
 
     counting = models.for_background_json(llm, 300, {"type": "object", "properties": {"numbers": {"type": "array", "items": {"type": "integer"}}}})
     stream = counting.stream([HumanMessage("Reply with the numbers from 1 to 150 as JSON.")])
     thread = threading.Thread(target=ask_once_the_reply_is_under_way)
     thread.start()
-    with pytest.raises(models.YieldedToQuestion):
-        list(stream)
-    thread.join()
+    try:
+        with pytest.raises(models.YieldedToQuestion):
+            list(stream)
+    finally:
+        given_way.set()
+        thread.join()
 
 
 def test_embedder_gives_normalised_384_dim_vectors_that_rank_meaning(embedder):
