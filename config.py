@@ -189,7 +189,7 @@ INDEX_CHECK_SECONDS = _env("INDEX_CHECK_SECONDS", 5.0)  # how often search looks
 PAGE_REFS = _env("PAGE_REFS", True)  # a question naming "page 14" / "the cover page" ranks that page
 KEYWORD_SEAT = _env("KEYWORD_SEAT", True)  # the best BM25 page always gets one of the k places
 NUMBERED_REFS = _env("NUMBERED_REFS", True)  # "Fig. 3" and "Figure 3" become one keyword, distinct from "Table 3"
-# Issue 18: retrieval that holds on phrasings and documents it was not tuned on (README, "What generalises").
+# Issue 18: retrieval that holds on phrasings and documents it was not tuned on (docs/retrieval.md, "Retrieval that generalises").
 NAME_INITIALS = _env("NAME_INITIALS", True)  # "Prosecution Services Staff" is also the acronym keyword "^pss", so "PSS" finds it
 QUESTION_PARSING = _env("QUESTION_PARSING", True)  # search the question without its instructions about the answer's form
 ACRONYMS = _env("ACRONYMS", True)  # an acronym ("TWS") is also searched as the name it abbreviates on the page sharing the question's words
@@ -223,7 +223,7 @@ HISTORY_TURNS = _env("HISTORY_TURNS", 3)  # earlier question/answer pairs shown 
 REFUSAL_MIN_SIMILARITY = _env("REFUSAL_MIN_SIMILARITY", 0.15)  # below: "not found", no LLM call (refuses 2.5% of answerable bench questions)
 # A sentence is supported by a passage that holds every number, month and name it states, and
 # either this share of its words or a near-paraphrase embedding. Set from hand-judged citations
-# (evaluation/citation_judgments.jsonl, `eval_answers.py --recheck`; figures in the README).
+# (evaluation/citation_judgments.jsonl, `eval_answers.py --recheck`; figures in docs/citations.md).
 SUPPORT_MIN_OVERLAP = _env("SUPPORT_MIN_OVERLAP", 0.8)  # share of a sentence's words found in its passage
 SUPPORT_MIN_SIMILARITY = _env("SUPPORT_MIN_SIMILARITY", 0.85)  # or: cosine of sentence and passage
 SUPPORT_MIN_WORDS = _env("SUPPORT_MIN_WORDS", 3)  # shorter sentences ("Yes.") are not judged

@@ -27,7 +27,7 @@ Deliberately simple: the layout is read from word positions with a few geometric
 short cells; a page has at most two columns, split at its middle), not a layout model.
 Stacked header rows stay separate rows, and a table inside one column of a two-column page
 is read as prose. The default page text is still PyMuPDF's plain text layer (EXTRACTOR=text):
-on the bench, laid-out text retrieved slightly worse (README, "Tables and layout"), so the
+on the bench, laid-out text retrieved slightly worse (docs/retrieval.md, "Tables and layout"), so the
 layout is a setting until it measures better. PyMuPDF's find_tables and pymupdf4llm were
 measured too and cost 8-20 times more per page (the code that ran them is in commit c916c5d).
 """

@@ -1,5 +1,5 @@
 """Untrusted text stays inert, deleted means gone, and bad input ends in a plain message:
-each promise of the README's "Security and privacy" section, on a real store on disk."""
+each promise of docs/security.md (the README's privacy section in full), on a real store on disk."""
 
 from __future__ import annotations
 
