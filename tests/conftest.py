@@ -57,6 +57,21 @@ def image_only_page(doc: pymupdf.Document, text: str) -> None:
     scratch.close()
 
 
+# A test that loads a model, opens a store or starts a server is "slow"; the others run in seconds:
+# `python -m pytest -m "not slow"` while editing, the whole suite before a commit (and in CI).
+HEAVY_FIXTURES = {"embedder", "llm", "default_llm", "store", "llama_server", "serve_app", "ollama_server"}
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: loads a model, opens a store, starts a server or fuzzes at length")
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if HEAVY_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def embedder() -> models.MiniLMEmbeddings:
     return models.MiniLMEmbeddings()

@@ -555,6 +555,7 @@ def test_a_key_the_model_server_refuses_is_a_sentence_and_another_model_answers_
 # A server whose ChromaDB server goes away
 
 
+@pytest.mark.slow  # starts another process
 def test_a_lost_chromadb_server_is_503_with_a_plain_message(tmp_path):
     from test_chroma_server import running_chroma
 

@@ -102,6 +102,7 @@ def server_store(chroma_server, tmp_path, monkeypatch):
         client.delete_collection(col.name)
 
 
+@pytest.mark.slow  # starts another process
 def test_get_client_talks_to_the_server_when_chroma_host_is_set(server_store):
     assert server_store.get_settings().chroma_api_impl == HTTP_API
     assert server_store.heartbeat() > 0

@@ -181,6 +181,7 @@ def facts_id(api, tmp_path_factory) -> str:
     return final["document_id"]
 
 
+@pytest.mark.slow  # starts another process
 def test_the_api_keeps_a_conversation_through_ask_and_shows_lists_renames_exports_and_deletes_it(api, api_server, facts_id):
     assert api.get("/api/conversations").json() == {"conversations": []}
     created = api.post("/api/conversations")

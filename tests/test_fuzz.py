@@ -38,6 +38,7 @@ import safe_text
 from conftest import shown
 from retriever import Hit, tokenize
 
+pytestmark = pytest.mark.slow  # 10,000 inputs per group: about two minutes
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", 10_000))  # per test; lower it for a quick local run
 FUZZ = settings(
     max_examples=EXAMPLES,

@@ -491,6 +491,7 @@ def test_a_page_without_a_usable_label_is_counted_as_failed_not_done(store, embe
 # Command line
 
 
+@pytest.mark.slow  # starts another process
 def test_cli_ingests_a_folder_and_fails_loudly_on_a_bad_file(tmp_path):
     folder = tmp_path / "docs" / "nested"
     folder.mkdir(parents=True)

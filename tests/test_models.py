@@ -23,6 +23,7 @@ def test_default_embedded_llm_assembles_and_verifies_against_its_pins(default_ll
     assert default_llm.count_tokens("Hello world") >= 2  # the app's default model really loads
 
 
+@pytest.mark.slow  # starts another process
 def test_a_model_that_does_not_match_its_pinned_hash_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(config, "MODEL_CACHE_DIR", str(tmp_path))
     bad = {**config.EMBEDDED_LLMS["qwen2.5-coder-0.5b"], "sha256": "0" * 64}

@@ -609,6 +609,7 @@ def test_personal_data_questions_can_be_refused(facts, monkeypatch):
     assert answer.refused and "e-mail" in answer.text
 
 
+@pytest.mark.slow  # starts another process
 def test_cli_prints_json_with_citations(tmp_path, three_page_pdf):
     env = {**os.environ, "CHROMA_PERSIST_DIR": str(tmp_path / "store"), "EMBED_BACKEND": "embedded",
            "LLM_BACKEND": "embedded", "EMBEDDED_LLM": "qwen2.5-coder-0.5b"}

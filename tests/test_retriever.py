@@ -251,6 +251,7 @@ def test_split_halves_are_disjoint_seeded_and_cover_everything():
     assert fit == split_questions(questions, "fit", 18) != split_questions(questions, "fit", 19)
 
 
+@pytest.mark.slow  # starts another process
 def test_eval_script_runs_end_to_end_and_writes_every_metric(tmp_path):
     pdfs = tmp_path / "pdfs"
     pdfs.mkdir()

@@ -309,6 +309,7 @@ def test_a_file_whose_page_tree_is_lost_is_damaged_not_empty(tmp_path):
 # 6. Plain messages, no tracebacks
 
 
+@pytest.mark.slow  # starts another process
 def test_folder_ingest_goes_past_bad_entries_reads_a_non_utf8_name_and_prints_its_summary(tmp_path, three_page_pdf):
     library = tmp_path / "library"
     (library / "chapter.pdf").mkdir(parents=True)  # a folder called *.pdf: searched, not ingested
@@ -324,12 +325,14 @@ def test_folder_ingest_goes_past_bad_entries_reads_a_non_utf8_name_and_prints_it
     assert "\x1b" not in proc.stdout + proc.stderr and "red[31m]0;owned.pdf" in proc.stdout  # printed inert
 
 
+@pytest.mark.slow  # starts another process
 def test_qa_with_a_missing_pdf_says_so(tmp_path):
     proc = run_cli("qa.py", "What is it?", "--pdf", str(tmp_path / "missing.pdf"), store=tmp_path / "store")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert f"There is no file {tmp_path / 'missing.pdf'}" in proc.stderr
 
 
+@pytest.mark.slow  # starts another process
 @pytest.mark.parametrize("setting, value", [("MAX_FILE_MB", "abc"), ("CHUNK_OVERLAP", "1.5"), ("ENRICH_ENABLED", "maybe")])
 def test_an_invalid_setting_names_itself_instead_of_a_traceback(tmp_path, setting, value):
     proc = run_cli("ingest.py", str(tmp_path), store=tmp_path / "store", **{setting: value})
@@ -514,6 +517,7 @@ def document_ids(http: httpx.Client) -> list[str]:
     return [d["id"] for d in http.get("/api/documents").json()["documents"]]
 
 
+@pytest.mark.slow  # starts another process
 @pytest.mark.parametrize("token", [False, True], ids=["no-token", "API_TOKEN"])
 def test_api_refuses_every_change_a_page_of_another_site_asks_for_but_serves_programs_and_its_own_pages(request, token, api_pdfs):
     api = request.getfixturevalue("token_api" if token else "open_api")
@@ -573,6 +577,7 @@ fetch(form.action, {{method: "POST", mode: "no-cors", body: new FormData(form)}}
 </script>"""
 
 
+@pytest.mark.slow  # starts another process
 def test_a_page_on_another_local_port_cannot_plant_a_pdf_through_chromium(open_api, api_pdfs, tmp_path):
     """The attack of issue 37, in a real browser: pages on another port of this machine (same-site) and
     on another name for it (cross-site) post a PDF to the API, by form and by no-cors fetch."""
@@ -733,6 +738,7 @@ def test_an_upload_is_capped_in_files_and_in_bytes_per_request(open_api, api_pdf
         assert open_api.upload_files() == [] and document_ids(http) == before
 
 
+@pytest.mark.slow  # starts another process
 def test_finished_jobs_are_forgotten_by_count_and_by_age_with_a_sentence(open_api, api_pdfs):
     with open_api.client() as http:
         response = http.post("/api/documents", files=[as_file(api_pdfs["facts"]), as_file(api_pdfs["other"])])
