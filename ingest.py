@@ -505,6 +505,11 @@ def _drop_collection(client: chromadb.ClientAPI, name: str) -> None:
     A purge that fails is only logged: what stays in free space is the text of a document still in the library."""
     with _server_errors():
         client.delete_collection(name)
+    _purge_quietly(client)
+
+
+def _purge_quietly(client: chromadb.ClientAPI) -> None:
+    """Purge the store folder of deleted collections; a purge that fails is only logged."""
     folder = _store_folder(client)
     if folder is not None:
         try:
@@ -530,12 +535,7 @@ def _rebuild(doc, client, embedder, old, sha256, doc_name, progress, t0) -> Inge
         meta = _carry_labels(old, built)
         client.delete_collection(name)
         built.modify(name=name, metadata={**meta, "status": "complete"})  # the completion marker: still the last write
-    folder = _store_folder(client)
-    if folder is not None:
-        try:
-            purge_deleted(folder)
-        except StorePurgeError as err:
-            log.warning("%s", err)
+    _purge_quietly(client)
     log.info("Rebuilt %s with %s", name, models.embedder_name(embedder))
     return replace(result, collection=name)
 
