@@ -571,7 +571,7 @@ class Library:
         self.answers = AnswerWorker(self)
         if self.enricher is not None:  # labels left unfinished by an earlier run, as the app does
             for doc in ingest.list_documents(self.client):
-                if labels_missing(doc):
+                if ingest.labels_missing(doc):
                     self.enricher.submit(doc["collection"])
 
     def close(self) -> None:
@@ -606,10 +606,6 @@ Lib = Annotated[Library, Depends(get_library)]
 # JSON shapes
 
 
-def labels_missing(doc: dict) -> bool:
-    return doc.get("enriched_pages", 0) < doc["pages"] - doc.get("empty_pages", 0)
-
-
 def document_json(doc: dict, enricher: ingest.BackgroundEnricher | None) -> dict:
     """A document as the API shows it: counts, OCR'd pages and the state of its page labels."""
     sources = doc.get("page_sources", "")
@@ -617,7 +613,7 @@ def document_json(doc: dict, enricher: ingest.BackgroundEnricher | None) -> dict
     if labelling is not None and labelling.state != "done":
         labels = {"state": labelling.state, "done": labelling.done, "total": labelling.total, "message": labelling.message}
     else:
-        state = "done" if not labels_missing(doc) else ("off" if enricher is None else "waiting")
+        state = "done" if not ingest.labels_missing(doc) else ("off" if enricher is None else "waiting")
         labels = {"state": state, "done": doc.get("enriched_pages", 0), "total": doc["pages"] - doc.get("empty_pages", 0)}
     return {
         "id": doc["collection"],

@@ -161,10 +161,6 @@ def notices_panel() -> None:
             st.rerun()
 
 
-def labels_missing(doc: dict) -> bool:
-    return doc.get("enriched_pages", 0) < doc["pages"] - doc.get("empty_pages", 0)
-
-
 def document_card(doc: dict, labelling: ingest.EnrichmentProgress | None) -> None:
     """One library entry: name, counts, labelling state, and a remove button."""
     name_col, remove_col = st.columns([5, 1])
@@ -180,7 +176,7 @@ def document_card(doc: dict, labelling: ingest.EnrichmentProgress | None) -> Non
         name_col.progress(labelling.done / max(labelling.total, 1), text=f"Page labels: {labelling.done}/{labelling.total}{paused}")
     elif labelling is not None and labelling.state == "failed":
         name_col.caption(f"Page labels stopped: {md(labelling.message)}")
-    elif not labels_missing(doc):
+    elif not ingest.labels_missing(doc):
         name_col.caption(f"Page labels: done, {failed} page(s) failed" if failed else "Page labels: done")
     if remove_col.button("", icon=":material/delete:", key=f"rm-{doc['collection']}", help="Remove from library"):
         if config.ENRICH_ENABLED:
@@ -224,7 +220,7 @@ def reembed(doc: dict) -> None:
             return
         status.update(label=f"{name}: searchable again", state="complete", expanded=False)
     retriever().refresh()
-    if config.ENRICH_ENABLED and labels_missing(doc):
+    if config.ENRICH_ENABLED and ingest.labels_missing(doc):
         enricher().submit(doc["collection"])  # a labelling that failed on the old vectors starts again
 
 
@@ -234,7 +230,7 @@ def labelling_progress() -> dict[str, ingest.EnrichmentProgress]:
         return {}
     progress = enricher().progress()
     for doc in ingest.list_documents(store()):
-        if labels_missing(doc) and doc["collection"] not in progress and embedded_elsewhere(doc) is None:
+        if ingest.labels_missing(doc) and doc["collection"] not in progress and embedded_elsewhere(doc) is None:
             enricher().submit(doc["collection"])
     return enricher().progress()
 

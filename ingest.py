@@ -211,6 +211,11 @@ def list_documents(client: chromadb.ClientAPI, include_incomplete: bool = False)
     return sorted(docs, key=lambda d: d.get("doc_name", ""))
 
 
+def labels_missing(doc: dict) -> bool:
+    """Whether some page of a document (an entry of ``list_documents``) with text still has no label."""
+    return doc.get("enriched_pages", 0) < doc["pages"] - doc.get("empty_pages", 0)
+
+
 def kept_pdf_path(collection_name: str) -> Path:
     """Where the store keeps its own copy of a document's PDF, for page previews."""
     return Path(config.CHROMA_PERSIST_DIR) / "pdfs" / f"{collection_name}.pdf"

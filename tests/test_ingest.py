@@ -531,3 +531,8 @@ def test_the_background_enricher_queues_waits_for_questions_and_survives_a_remov
     assert progress[result.collection].failed_pages == 0
     labelled = store.get_collection(result.collection).get(include=["metadatas"])["metadatas"]
     assert all(m["enriched"] and m["title"] and not m["label_failed"] for m in labelled)
+
+
+def test_labels_are_missing_while_a_page_with_text_has_none():
+    assert ingest.labels_missing({"pages": 3, "empty_pages": 1, "enriched_pages": 1})
+    assert not ingest.labels_missing({"pages": 3, "empty_pages": 1, "enriched_pages": 2})  # an empty page needs no label
