@@ -47,13 +47,17 @@ import bisect
 import itertools
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 import calc
 import config
-from retriever import Hit, tokenize
-from routing import FIGURES_LINE, NAME_RUN
+from text_utils import (FIGURES_LINE, ISO_DATE, MONTH_NAMES, NAME_RUN, YEAR_SPAN, YEAR_TOKEN, financial_years, months_in, numbers_in,
+                        printed_date, tokenize, years_in)
+
+if TYPE_CHECKING:
+    from retriever import Hit
 
 # -----------------------------------------------------------------------------
 # Citations
@@ -137,27 +141,7 @@ class CheckedSentence:
     fabricated: list[int] = field(default_factory=list)  # cited numbers that name no source
 
 
-_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
-
-
-_MONTH = re.compile(
-    r"\b(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sept?(?:ember)?|oct(?:ober)?"
-    r"|nov(?:ember)?|dec(?:ember)?)\b",
-    re.IGNORECASE,
-)
-
-
-def numbers_in(text: str) -> set[str]:
-    """numbers_in("3,200 tonnes in 1911 (3.5%)") -> {"3200", "1911", "3.5"}"""
-    return {n.replace(",", "").rstrip(".") for n in _NUMBER.findall(text)}
-
-
 _WORD = re.compile(r"\w[\w'’-]*(?<![-'’])")  # "Study--" is the word "Study"
-
-
-def months_in(text: str) -> set[str]:
-    """months_in("from Sept. to June; it may slip") -> {"sep", "jun"} (lower-case may/march are verbs)"""
-    return {m.lower()[:3] for m in _MONTH.findall(text) if m not in ("may", "march")}
 
 
 # Currencies and units are capitalised without naming anything a passage must repeat ("Rs. 1,907.30").
@@ -221,7 +205,6 @@ def missing_specifics(claim: str, passage: str, question: str = "") -> set[str]:
 
 _TABLE_LINE = re.compile(r"^\s*\|(.*)\|\s*$")
 _RULE_CELL = re.compile(r"^\s*:?-{3,}:?\s*$")
-_YEAR = re.compile(r"^(19|20)\d\d$")
 
 
 def table_units(rows: list[str]) -> list[str]:
@@ -261,25 +244,6 @@ def passage_units(passage: str) -> list[str]:
     return units
 
 
-_YEAR_IN_TEXT = re.compile(r"(?<![\d,.$])(?:19|20)\d\d(?![\d]|[,.]\d)")
-
-
-def years_in(text: str) -> set[str]:
-    """years_in("fiscal 2022 (2,011 in FY2021)") -> {"2022", "2021"}"""
-    return set(_YEAR_IN_TEXT.findall(text))
-
-
-_YEAR_SPAN = re.compile(r"\b((?:19|20)\d\d)\s*(?:-|–|/|\bto\b|\band\b)\s*((?:19|20)?\d\d)\b")
-
-
-def financial_years(text: str) -> set[str]:
-    """Spans of one year, the way a financial year is written ("2003-04" runs April 2003 to March 2004).
-
-    financial_years("between 2002 to 2003; rows 2003-04 and 1999-00; 2001-2005") -> {"2002-03", "2003-04", "1999-00"}
-    """
-    return {f"{start}-{end[-2:]}" for start, end in _YEAR_SPAN.findall(text) if int(end[-2:]) == (int(start) + 1) % 100}
-
-
 _NEGATION = re.compile(r"\b(?:not|no|never|without|none)\b|n['’]t\b", re.IGNORECASE)
 _VERDICT = re.compile(r"^\W*(?:yes|no)\b\W*", re.IGNORECASE)  # "No, ..." answers a yes/no question; it denies nothing on the page
 
@@ -315,7 +279,7 @@ def misplaced_figures(claim: str, passage: str, question: str = "") -> set[str]:
     rows = _row_years(passage) if asked else {}
     misplaced = set()
     for figure in numbers_in(claim) - subject_figures(question) - shared_references(claim, passage):
-        if _YEAR.match(figure) and figure in passage_years:
+        if YEAR_TOKEN.match(figure) and figure in passage_years:
             continue  # a year the claim names is context, checked below for each figure beside it
         places = _worded_places([(u, w, n) for u, w, n in figure_units if figure in n], figure, layout, readers)
         fits = [len(words & w) for w, y in places if not (years and y - {figure} and not years & y)]
@@ -506,7 +470,7 @@ def under_another_label(claim: str, passage: str, question: str = "") -> bool:
     fit = lambda label: len(label & words) / len(label)  # noqa: E731  (the share of the row's label the claim says)
     in_prose = set().union(*(numbers_in(line) for line in lines if not FIGURES_LINE.match(line)))
     # a year or a span of years ("2003-04") heads a column or a row; it is no figure of one
-    for figure in numbers_in(_YEAR_SPAN.sub(" ", claim)) - subject_figures(question) - years_in(claim) - in_prose:
+    for figure in numbers_in(YEAR_SPAN.sub(" ", claim)) - subject_figures(question) - years_in(claim) - in_prose:
         own = [(line, label) for line, label, figures in rows if figure in figures]
         others = [label for _, label, figures in rows if figure not in figures]
         if not own:
@@ -629,34 +593,6 @@ def said_word_for_word(quote: str, passage: str) -> bool:
     return _squash(quote) in _squash(passage)
 
 
-_ISO_DATE = re.compile(r"\b((?:19|20)\d\d)-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])\b")
-_MONTH_NAMES = "January February March April May June July August September October November December".split()
-
-
-# A date as pages print it, day or month first, with an ordinal and glued text layers alike:
-# "February 8, 2021", "8 Feb. 2021", "24th of March2015"
-def _month(name: str) -> str:
-    return rf"(?P<{name}>jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?"
-
-
-def _day(name: str) -> str:
-    return rf"(?P<{name}>[0-3]?\d)(?:st|nd|rd|th)?"
-
-
-_PRINTED_DATE = re.compile(
-    rf"\b(?:{_day('day')}\s*(?:of\s*)?{_month('month')}|{_month('month_first')}\s*{_day('day_after')}),?\s*"
-    r"(?P<year>(?:19|20)\d\d)(?!\d)", re.I)
-
-
-def _printed_as(year: str, month: str, day: str, passage: str) -> str | None:
-    """How ``passage`` prints the date, if it does."""
-    for m in _PRINTED_DATE.finditer(passage):
-        printed_month = (m["month"] or m["month_first"]).lower()
-        if (m["year"], printed_month, int(m["day"] or m["day_after"])) == (year, _MONTH_NAMES[int(month) - 1][:3].lower(), int(day)):
-            return m[0]
-    return None
-
-
 def spelled_dates(claim: str, passage: str) -> str:
     """``claim`` with each ISO date the passage does not hold as such written as the passage prints it,
     so "2021-02-08" is checked as February, 8 and 2021 (an answer asked to reformat a date).
@@ -667,8 +603,8 @@ def spelled_dates(claim: str, passage: str) -> str:
     def spell(m: re.Match) -> str:
         if m[0] in passage:
             return m[0]
-        return _printed_as(m[1], m[2], m[3], passage) or f"{_MONTH_NAMES[int(m[2]) - 1]} {int(m[3])}, {m[1]}"
-    return _ISO_DATE.sub(spell, claim)
+        return printed_date(m[1], m[2], m[3], passage) or f"{MONTH_NAMES[int(m[2]) - 1]} {int(m[3])}, {m[1]}"
+    return ISO_DATE.sub(spell, claim)
 
 
 _LONE_NUMBER = re.compile(r"\W*(?:page\s*)?(\d{1,4})\W*", re.I)
@@ -704,8 +640,23 @@ def unbacked_detail(claim: str, passage: str, question: str, page: int | None = 
         return True
     if under_another_label(claim, passage, question) or beside_another_key(claim, passage, question):
         return True
-    if _NEGATION.search(_VERDICT.sub("", claim, count=1)) and not _NEGATION.search(passage):
-        return True  # the page's words in a sentence that denies them: overlap cannot vouch for a "not"
+    return denies_what_passage_does_not(claim, passage) or quotes_what_passage_does_not(claim, passage)
+
+
+def denies_what_passage_does_not(claim: str, passage: str) -> bool:
+    """A denial needs a passage that denies: the page's words in a sentence that says "not" are no support
+    (a yes/no answer's leading "No" is its verdict, not a denial).
+
+    denies_what_passage_does_not("The plant is not in Pune.", "The plant is in Pune.") -> True
+    """
+    return bool(_NEGATION.search(_VERDICT.sub("", claim, count=1))) and not _NEGATION.search(passage)
+
+
+def quotes_what_passage_does_not(claim: str, passage: str) -> bool:
+    """A quotation must stand in its passage word for word (case, spacing and punctuation aside).
+
+    quotes_what_passage_does_not('It says "net sales rose sharply in 2023".', "Net sales rose in 2023.") -> True
+    """
     return any(not said_word_for_word(quote, passage) for quote in _QUOTE.findall(claim))
 
 

@@ -186,19 +186,8 @@ TOP_K = _env("TOP_K", 5)  # pages shown and cited per question
 CANDIDATES = _env("CANDIDATES", 50)  # chunks each leg hands to the fusion
 RRF_K = _env("RRF_K", 60)  # Reciprocal Rank Fusion constant: 1 / (RRF_K + rank)
 INDEX_CHECK_SECONDS = _env("INDEX_CHECK_SECONDS", 5.0)  # how often search looks for documents added elsewhere
-PAGE_REFS = _env("PAGE_REFS", True)  # a question naming "page 14" / "the cover page" ranks that page
-KEYWORD_SEAT = _env("KEYWORD_SEAT", True)  # the best BM25 page always gets one of the k places
-NUMBERED_REFS = _env("NUMBERED_REFS", True)  # "Fig. 3" and "Figure 3" become one keyword, distinct from "Table 3"
-# Issue 18: retrieval that holds on phrasings and documents it was not tuned on (docs/retrieval.md, "Retrieval that generalises").
-NAME_INITIALS = _env("NAME_INITIALS", True)  # "Prosecution Services Staff" is also the acronym keyword "^pss", so "PSS" finds it
-QUESTION_PARSING = _env("QUESTION_PARSING", True)  # search the question without its instructions about the answer's form
-ACRONYMS = _env("ACRONYMS", True)  # an acronym ("TWS") is also searched as the name it abbreviates on the page sharing the question's words
-STATEMENT_HINTS = _env("STATEMENT_HINTS", True)  # "... shown in the cash flow statement", "current ratio": pages headed so join the fusion
-YEAR_WORDING = _env("YEAR_WORDING", True)  # a year is searched as each document writes it (FY2019 / fiscal 2019 / 2019)
-FUSION = _env("FUSION", "seats")  # rrf | seats (each leg's best page keeps a place) | margin (RRF weighed by each leg's lead) | score
-if FUSION not in ("rrf", "seats", "margin", "score"):
-    raise SettingError(f"Setting FUSION={FUSION!r} is not one of rrf, seats, margin, score.")
-ROUTING = _env("ROUTING", True)  # in a library, pages of the documents a question names are favoured
+# The retrieval's optional steps (page references, seats, question parsing, routing...) are not settings:
+# they are always on, and eval_retrieval.py switches them off one at a time to measure each (retriever.STEPS).
 ROUTE_BOOST = _env("ROUTE_BOOST", 0.3)  # a named document's pages get their fused score times (1 + this)
 ROUTE_MAX_SHARE = _env("ROUTE_MAX_SHARE", 0.1)  # a profile word names a document only if at most this share of documents have it
 PROFILE_CHARS = _env("PROFILE_CHARS", 1500)  # characters of each of the first pages read into a document's profile

@@ -25,8 +25,8 @@ import re
 from dataclasses import dataclass, replace
 
 import config
-from extract import sentence_spans
-from retriever import Hit, Retriever, page_text, tokenize
+from retriever import Hit, Retriever, page_text
+from text_utils import sentence_spans, tokenize
 
 GAP = " … "  # between two windows of one page: the model must not read them as one sentence
 _TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")

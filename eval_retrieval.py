@@ -71,8 +71,8 @@ import config
 import evidence
 import ingest
 import models
-from retriever import Hit, Retriever, page_text, tokenize
-from routing import LEGAL_SUFFIX, NAME_RUN
+from retriever import Hit, Retriever, page_text
+from text_utils import LEGAL_SUFFIX, NAME_RUN, tokenize
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +88,10 @@ ABLATIONS = {
     "hybrid-no-parsing": {"mode": "hybrid", "question_parsing": False},
     "hybrid-no-routing": {"mode": "hybrid", "routing": False},
     "hybrid-no-acronyms": {"mode": "hybrid", "acronyms": False},
+    "hybrid-no-statement-hints": {"mode": "hybrid", "statement_hints": False},
+    "hybrid-no-page-refs-now": {"mode": "hybrid", "page_refs": False},
+    "hybrid-no-keyword-seat-now": {"mode": "hybrid", "keyword_seat": False},
+    "hybrid-rrf": {"mode": "hybrid", "fusion": "rrf"},
     "hybrid": {"mode": "hybrid"},
 }
 PERTURB_ABLATIONS = ("semantic", "bm25", "hybrid-main", "hybrid")

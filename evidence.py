@@ -33,13 +33,11 @@ import numpy as np
 
 import config
 from question import parse_question
-from retriever import Hit, Retriever, SparseBM25, keyword_tokens, page_text, rrf
-from statements import FIGURE_CELL
+from retriever import Hit, Retriever, SparseBM25, page_text, rrf
+from text_utils import FIGURE_CELL, is_period_cell, keyword_tokens
 
 log = logging.getLogger(__name__)
 
-# A column head that is a period: "2018", "FY2023", "Fiscal 2022", "December 31, 2018", "Q4 2022"
-_YEAR_CELL = re.compile(r"^(?:(?:fiscal|fy|q[1-4])\s?|[A-Za-z]{3,9}\.?\s+(?:\d{1,2},?\s+)?)?(?:19|20)\d\d$", re.IGNORECASE)
 _FILLER_CELL = re.compile(r"^[\s$]*$")
 _BULLET = re.compile(r"^\s*(?:[•●▪◦·\-–*]|\(?\d{1,2}[.)]|\(?[a-z][.)])\s+")
 _SENTENCE_END = re.compile(r"[.!?][\"'”’)\]]*(?=\s)")
@@ -70,7 +68,7 @@ def _physical_lines(text: str) -> list[tuple[int, int]]:
 
 def _cell_kind(cell: str) -> str:
     """year | figure | filler | text"""
-    if _YEAR_CELL.match(cell):
+    if is_period_cell(cell):
         return "year"
     if FIGURE_CELL.match(cell):
         return "figure"

@@ -44,6 +44,7 @@ from typing import Callable
 import pymupdf
 
 import config
+from text_utils import sentence_spans
 
 log = logging.getLogger(__name__)
 
@@ -642,24 +643,6 @@ def laid_out_page(page: pymupdf.Page, running: frozenset[str] = frozenset()) -> 
 
 # -----------------------------------------------------------------------------
 # Chunking: the one place the chunking policy lives
-
-_SENTENCE_END = re.compile(r"(?<=[.!?;:])[\"')\]]*\s+|\n\s*")
-
-
-def sentence_spans(text: str) -> list[tuple[int, int]]:
-    """(start, end) of each sentence or line of ``text``, whitespace trimmed.
-
-    sentence_spans("One. Two!\\nThree") -> [(0, 4), (5, 9), (10, 15)]
-    """
-    spans, start = [], 0
-    for match in _SENTENCE_END.finditer(text):
-        if match.start() > start:
-            spans.append((start, match.start()))
-        start = match.end()
-    if start < len(text):
-        spans.append((start, len(text)))
-    return [(s, e) for s, e in spans if text[s:e].strip()]
-
 
 def _split_long(text: str, start: int, end: int, size: int) -> list[tuple[int, int]]:
     """Cut one over-long sentence at whitespace into pieces of at most ``size`` chars."""

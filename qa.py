@@ -50,7 +50,8 @@ import prompts
 import statements
 from checker import CheckedSentence, Citation, strip_markers, verify_answer
 from question import parse_question
-from retriever import Hit, Retriever, page_text, tokenize
+from retriever import Hit, Retriever, page_text
+from text_utils import numbers_in, tokenize
 from safe_text import fence_text, terminal_text
 
 log = logging.getLogger(__name__)
@@ -159,7 +160,7 @@ def checked_rewrite(query: str, question: str, history: list[tuple[str, str]]) -
     """
     user_said = "\n".join([question] + [text for role, text in history if role == "user"])
     said = question + "\n" + "\n".join(text for _, text in history)
-    invented = (checker.missing_specifics(query, said) | (checker.numbers_in(query) - checker.numbers_in(user_said))
+    invented = (checker.missing_specifics(query, said) | (numbers_in(query) - numbers_in(user_said))
                 if query else {"(empty)"})
     previous = next((text for role, text in reversed(history) if role == "user"), "")
     # a follow-up is about the conversation's topic: a rewrite with none of its words lost the topic

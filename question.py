@@ -29,6 +29,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from text_utils import years_named
+
 # A sentence ends at . ! ? followed by space (or ? ! followed by a capital); a lead-in "...question:" ends at its colon.
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[?!])(?=[A-Z])")
 _LEAD_IN = re.compile(r"^(?P<lead>[^:?]*\b(?:question|answer|analyst|respond)\b[^:?]*):\s*(?P<rest>.+)$", re.IGNORECASE | re.DOTALL)
@@ -72,10 +74,6 @@ MEASURE_STATEMENTS = {
 }
 _MEASURES = [(re.compile(pattern, re.IGNORECASE), statements) for pattern, statements in MEASURE_STATEMENTS.items()]
 
-# "FY2019", "FY 19", "fiscal 2019", "fiscal year 2019", "2019"
-_YEAR = re.compile(r"\b(?:FY\s?'?(?P<short>\d{2})\b|(?:FY\s?|fiscal\s+(?:year\s+)?)?(?P<year>(?:19|20)\d\d)\b)", re.IGNORECASE)
-
-
 @dataclass
 class ParsedQuestion:
     """A question split into what to search and how to answer; see the module docstring."""
@@ -116,28 +114,6 @@ def statements_measured(text: str) -> list[str]:
     text = re.sub(r"[\s_]+", " ", text)  # "cash_ratio", "payables  turnover"
     found = [name for pattern, names in _MEASURES if pattern.search(text) for name in names]
     return list(dict.fromkeys(found))
-
-
-def years_named(text: str) -> list[str]:
-    """Four-digit years however they are written: years_named("FY19 vs fiscal year 2020") -> ["2019", "2020"]"""
-    years = []
-    for match in _YEAR.finditer(text):
-        year = match.group("year") or f"20{match.group('short')}"
-        if year not in years:
-            years.append(year)
-    return years
-
-
-def year_wordings(text: str, style: str) -> str:
-    """Every year in ``text`` written one way: "plain" 2019, "fy" FY2019 or "fiscal" fiscal 2019.
-
-    year_wordings("Capex in FY2019?", "plain") -> "Capex in 2019?"
-    """
-    def reword(match: re.Match) -> str:
-        year = match.group("year") or f"20{match.group('short')}"
-        return {"plain": year, "fy": f"FY{year}", "fiscal": f"fiscal {year}"}[style]
-
-    return _YEAR.sub(reword, text)
 
 
 def parse_question(text: str) -> ParsedQuestion:

@@ -12,7 +12,7 @@ One question flows like this:
              -> pages the question names outright ("page 14", "cover page")         (page leg)
              -> pages headed by a statement the instructions name, or that a
                 financial measure asked for is computed from ("current ratio")      (hint leg)
-             -> fusion (FUSION: RRF, with a seat for each leg's best page by default,
+             -> fusion (RRF, with a seat for each leg's best page by default,
                 and for each statement the question names or its measure is computed
                 from; such a statement's page then leads: the answer is printed there)
              -> routing: documents the question names get a boost (none is dropped)
@@ -54,64 +54,27 @@ from scipy.sparse import csr_matrix
 import config
 import ingest
 import models
-from question import parse_question, year_wordings, years_named
+from question import parse_question
 from statements import statement_page
 from routing import (
     DocumentProfile,
     distinctive_words,
     document_profile,
     acronyms_asked,
-    acronyms_written,
     expand_acronyms,
     expansion_here,
-    initials,
     names_in_question,
-    names_with_initials,
     row_labels_with_initials,
     route,
 )
+from text_utils import STOPWORDS, acronyms_written, keyword_tokens, names_with_initials, tokenize, year_wordings, years_named
 
 log = logging.getLogger(__name__)
 
-_WORD = re.compile(r"\w+", re.UNICODE)
-STOPWORDS = frozenset(config.STOPWORDS.split())
-
-
-_NUMBERED_THING = re.compile(
-    r"\b(fig(?:ure)?|tab(?:le)?|chart|section|chapter|appendix|step|slide)s?\.?\s*(\d+[a-z]?|[ivx]+)\b", re.IGNORECASE
-)
-_KIND = {"fig": "figure", "tab": "table"}
-_FISCAL_YEAR = re.compile(r"\bFY\s?'?((?:19|20)\d\d|\d\d)\b", re.IGNORECASE)
-
-
-def tokenize(text: str) -> list[str]:
-    """Lower-cased Unicode words without punctuation or stopwords, plus one token per
-    numbered figure/table/section so "Fig. 3" matches "Figure 3" but not "Table 3".
-
-    tokenize("The page. Page 3, Zürich! See Fig. 2") -> ["page", "page", "3", "zürich", "see", "fig", "2", "figure_2"]
-    tokenize("FY19 capex") -> ["fy", "2019", "capex"]   (so "FY2019" matches a page that says "2019")
-    """
-    text = _FISCAL_YEAR.sub(lambda m: f"FY {m.group(1) if len(m.group(1)) == 4 else '20' + m.group(1)}", text)
-    words = [w for w in _WORD.findall(text.lower()) if w not in STOPWORDS]
-    if config.NUMBERED_REFS:
-        words += [f"{_KIND.get(kind.lower(), kind.lower())}_{num.lower()}" for kind, num in _NUMBERED_THING.findall(text)]
-    return words
-
-
-def keyword_tokens(text: str) -> list[str]:
-    """What the keyword index and its queries are made of: ``tokenize`` plus an acronym token
-    ("^pss") for each name's initials and each word written in capitals.
-
-    keyword_tokens("Prosecution Services Staff") -> ["prosecution", "services", "staff", "^pss"]   (so "PSS" matches it)
-
-    Acronyms get their own tokens because capitals mean something words do not: "MID" in a
-    question is "Mobile Internet Demographics", not the "mid" of "mid-2014", and "TO" (Telecom
-    Operators) must survive the stopword "to".
-    """
-    if not config.NAME_INITIALS:
-        return tokenize(text)
-    return tokenize(text) + [f"^{letters}" for letters in initials(text) + sorted(acronyms_written(text))]
-
+# The optional steps of a search, as the product runs them. They are not user settings: eval_retrieval.py
+# passes other values per search (its ABLATIONS) to measure what each step adds; see ``Retriever.search``.
+STEPS = {"question_parsing": True, "page_refs": True, "keyword_seat": True, "statement_hints": True,
+         "acronyms": True, "routing": True, "fusion": "seats"}
 
 _ORDINALS = {w: i for i, w in enumerate(
     "first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth".split(), 1)}
@@ -453,7 +416,7 @@ class Retriever:
     def _similarity(self, question: str) -> np.ndarray:
         """Cosine of the question with every chunk; a question naming a year is embedded once per
         fiscal-year wording in the library, and each chunk is compared with its document's wording."""
-        if not (config.YEAR_WORDING and years_named(question)):
+        if not years_named(question):
             return self._vectors @ np.asarray(self._embed_query(question), dtype=np.float32)
         similarity = np.empty(len(self._ids), dtype=np.float32)
         for code, style in enumerate(_YEAR_STYLES):
@@ -608,18 +571,17 @@ class Retriever:
         """The ``k`` best pages for ``question``, each as its best passage, with traces.
 
         ``mode`` is "hybrid", "semantic" or "bm25"; the single-leg modes exist for
-        the evaluation's ablations. The other options default to their config
-        setting of the same name:
-        ``question_parsing`` (QUESTION_PARSING) searches only the question, not its instructions
-        about the answer's form (question.py). ``page_refs`` (PAGE_REFS) adds the pages
-        the question names as a ranking; ``statement_hints`` (STATEMENT_HINTS) adds the
-        pages headed by a financial statement its instructions name. ``fusion``
-        (FUSION): "rrf" ranks by reciprocal ranks; "seats" also keeps each leg's best
+        the evaluation's ablations. The other options default to ``STEPS``:
+        ``question_parsing`` searches only the question, not its instructions
+        about the answer's form (question.py). ``page_refs`` adds the pages
+        the question names as a ranking; ``statement_hints`` adds the
+        pages headed by a financial statement its instructions name. ``fusion``:
+        "rrf" ranks by reciprocal ranks; "seats" also keeps each leg's best
         page; "margin" weighs each leg by how far its winner leads; "score" adds each
-        leg's normalised scores (see ``fuse``). ``keyword_seat`` (KEYWORD_SEAT) keeps the keyword leg's best page in
-        the results even when fusion ranks it below k. ``routing`` (ROUTING) multiplies
+        leg's normalised scores (see ``fuse``). ``keyword_seat`` keeps the keyword leg's best page in
+        the results even when fusion ranks it below k. ``routing`` multiplies
         the fused score of pages of documents the question names (routing.py). ``acronyms``
-        (ACRONYMS) follows each acronym with the name whose initials it is on the page sharing
+        follows each acronym with the name whose initials it is on the page sharing
         the question's words, so "TWS" also searches "Tomorrow's Workplace Skills" (``spelled_out``).
 
         Documents made with another embedder are left out (``other_embedder_documents``); a ``scope``
@@ -629,7 +591,7 @@ class Retriever:
         options = {"page_refs": page_refs, "keyword_seat": keyword_seat, "question_parsing": question_parsing,
                    "fusion": fusion, "routing": routing, "statement_hints": statement_hints, "acronyms": acronyms}
         page_refs, keyword_seat, question_parsing, fusion, routing, statement_hints, acronyms = (
-            getattr(config, name.upper()) if value is None else value for name, value in options.items())  # None: the setting
+            STEPS[name] if value is None else value for name, value in options.items())  # None: as the product runs
         parsed = parse_question(question) if question_parsing else None
         query = parsed.query if parsed else question
         with self._lock:  # browser tabs share one retriever

@@ -41,29 +41,18 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import config
-from question import years_named
+from text_utils import ACRONYM, FIGURES_LINE, MONTHS, acronyms_written, initials, year_style, years_named
 
 _CAPITALISED = re.compile(r"\b[A-Z][\w&'-]*")
-# A name: capitalised words in a row, perhaps joined by "of" or "&" ("Bank of America", "Procter & Gamble").
-# Words in capitals only (already acronyms), codes with digits and months are not part of one.
-_MONTHS = ("January|February|March|April|May|June|July|August|September|October|November|December"
-           "|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sept?|Oct|Nov|Dec")  # "Oct. 24, 2016" names no document
-_NAME_WORD = rf"(?!(?:{_MONTHS})\b)[A-Z][a-z][a-z&'-]*\b"
-NAME_RUN = re.compile(rf"\b{_NAME_WORD}(?:[ \t]+(?:of[ \t]+|&[ \t]+)?{_NAME_WORD})+")
-_SUFFIXES = "Inc Incorporated Corporation Corp Company Co Ltd LLC plc Group Holdings".split()
-LEGAL_SUFFIX = re.compile(r",?[ \t]+(?:" + "|".join(_SUFFIXES + [s.upper() for s in _SUFFIXES]) + r")\b\.?(?![-\w])")
-_ACRONYM = re.compile(r"\b[A-Z][A-Z0-9&]{1,5}\b")
 _STANDALONE_ACRONYM = re.compile(r"(?<![\w-])[A-Z][A-Z0-9&]{1,5}(?![\w-])")
 _WORD = re.compile(r"[A-Za-z]+")
 # A word written as a name in a question: capitalised or in capitals (not a month), possessive dropped.
-_QUESTION_NAME = re.compile(rf"\b(?!(?:{_MONTHS})\b)[A-Z][\w&-]*(?:['’]s\b)?")
+_QUESTION_NAME = re.compile(rf"\b(?!(?:{MONTHS})\b)[A-Z][\w&-]*(?:['’]s\b)?")
 _POSSESSIVE = re.compile(r"['\u2019]s$")
 _SENTENCE_START = re.compile(r"(?:^|[.?!:;]\s+|\n)$")
 _FILE_WORD = re.compile(r"[A-Za-z]{3,}")
 # A word in lower case outside web and mail addresses ("costco" of "costco.com" is still a name).
 _LOWER_WORD = re.compile(r"(?<![\w./@-])[a-z][a-z-]*(?![\w/@]|\.[a-z])")
-_FY_STYLE = re.compile(r"\bFY\s?'?\d{2,4}\b")
-_FISCAL_STYLE = re.compile(r"\bfiscal\s+(?:year\s+)?(?:19|20)\d\d\b", re.IGNORECASE)
 
 # Document types by the words their first pages use; first match wins.
 DOC_TYPES = [
@@ -88,42 +77,12 @@ class DocumentProfile:
     year_style: str = "plain"  # how the document writes fiscal years: "fy" FY2019, "fiscal" fiscal 2019, "plain" 2019
 
 
-def year_style(text: str) -> str:
-    """year_style("Net sales rose in FY2021 and FY2020 ... FY19") -> "fy" (a style needs 3 uses, else "plain")"""
-    counts = {"fy": len(_FY_STYLE.findall(text)), "fiscal": len(_FISCAL_STYLE.findall(text))}
-    style = max(counts, key=counts.get)
-    return style if counts[style] >= 3 else "plain"
-
-
 def acronyms_in(text: str) -> set[str]:
     """Initials of each run of capitalised words, legal suffixes dropped, plus acronyms written out.
 
     acronyms_in("Pew Research Center and NIKE, Inc. (the SEC)") -> {"prc", "sec", "nike"}
     """
     return acronyms_written(text) | set(initials(text))
-
-
-def initials(text: str) -> list[str]:
-    """The initials of each name in ``text``, legal suffixes dropped: initials("Pew Research Center's data") -> ["prc"]"""
-    return [letters for letters, _ in names_with_initials(text)]
-
-
-def names_with_initials(text: str) -> list[tuple[str, str]]:
-    """(initials, name) for each name in ``text``, with and without its legal suffix: people say
-    "Costco" of "Costco Wholesale Corporation" but "TIC" of "Travelers Insurance Company".
-
-    names_with_initials("Pew Research Center's data") -> [("prc", "Pew Research Center's")]
-    names_with_initials("Travelers Insurance Company") -> [("ti", "Travelers Insurance"), ("tic", "Travelers Insurance Company")]
-    """
-    pairs = []
-    for run in NAME_RUN.findall(text):
-        short = LEGAL_SUFFIX.sub("", run)
-        forms = ([short] if NAME_RUN.fullmatch(short) else []) + ([run] if short != run else [])
-        pairs += [("".join(w[0] for w in form.split() if w[0].isupper()).lower(), form) for form in forms]
-    return pairs
-
-
-FIGURES_LINE = re.compile(r"^[\s$€£¥%()\-–—.,*\d\xa0]+$")  # a table cell of figures: "$", "59,268", "(310)", "15.6%", "—"
 
 
 def row_labels_with_initials(text: str) -> list[tuple[str, str]]:
@@ -160,14 +119,6 @@ def acronyms_asked(question: str) -> set[str]:
     return {m.lower() for m in _STANDALONE_ACRONYM.findall(question)}
 
 
-def acronyms_written(text: str) -> set[str]:
-    """The acronyms ``text`` writes in capitals, lower-cased: acronyms_written("the SEC and Mid-2014 IT") -> {"sec", "it"}
-
-    (Only capitals count: "MID" in a question is not the "mid" of "mid-2014".)
-    """
-    return {m.lower() for m in _ACRONYM.findall(text)}
-
-
 def expansion_here(named: list[tuple[str, float, int]], written: list[float]) -> str | None:
     """The name an acronym stands for in this question, or None when it stands for itself.
 
@@ -198,7 +149,7 @@ def expand_acronyms(question: str, expansions: dict[str, str]) -> str:
         name = expansions.get(match.group().lower())
         return f"{match.group()} ({name})" if name and name.lower() not in question.lower() else match.group()
 
-    return _ACRONYM.sub(expand, question)
+    return ACRONYM.sub(expand, question)
 
 
 def names_in_question(question: str, stopwords: frozenset[str] = frozenset()) -> set[str]:

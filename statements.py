@@ -23,7 +23,8 @@ import re
 from dataclasses import dataclass
 
 import calc
-from question import STATEMENT_NAMES, years_named
+from question import STATEMENT_NAMES
+from text_utils import FIGURE_CELL, year_of_line, years_named
 
 # Line items by the labels filings print for them, preferred first (US 10-K wording; "merchandise" is a
 # retailer's): a retailer's "Total revenue" includes membership fees that its "Net sales" leave out.
@@ -62,9 +63,6 @@ MEASURES = {
 }
 _MEASURES = [(re.compile(pattern, re.IGNORECASE), expression) for pattern, expression in MEASURES.items()]
 _ITEM_NAME = re.compile(r"[a-z_]+(?:@prior)?")
-# One cell of figures as the text layer prints it: "(1,577)", "$ 5,363", "12.5 %", "—" (evidence.py reads rows with it too)
-FIGURE_CELL = re.compile(r"^\$?\s*(\(?-?[\d,]+(?:\.\d+)?\)?|—|-)\s*\$?\s*%?$")
-_YEAR = re.compile(r"^(?:fiscal |fy\s?)?((?:19|20)\d\d)$", re.IGNORECASE)
 
 
 # A heading is a whole short line that does not end a sentence ("... included in the\nConsolidated Balance Sheets." is prose),
@@ -139,8 +137,8 @@ def year_columns(text: str) -> list[str]:
     """
     years: list[str] = []
     for line in (line.strip() for line in text.splitlines()):
-        if match := _YEAR.match(line):
-            years.append(match.group(1))
+        if year := year_of_line(line):
+            years.append(year)
         elif FIGURE_CELL.match(line) and line != "$":
             break
     return years if len(years) >= 2 else []

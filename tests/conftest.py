@@ -23,7 +23,7 @@ import ingest
 import models
 
 REPO = Path(__file__).resolve().parents[1]
-BENCH_DIR = Path(__file__).resolve().parents[2] / "shared" / "bench"
+BENCH_DIR = Path(__file__).resolve().parents[2] / "shared" / "bench"  # beside the repo, not in it
 
 # The test suite uses the small embedded chat model: answer quality is not what it tests.
 TEST_LLM = "qwen2.5-coder-0.5b"
@@ -33,6 +33,15 @@ def shown(markdown: str) -> str:
     """The text that Markdown made by ``safe_text.md`` displays: its backslash escapes and
     invisible word joiners undone."""
     return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown).replace("  \n", "\n").replace("\u2060", "")
+
+
+def bench_file(*parts: str) -> Path:
+    """A file of the shared bench (``../shared/bench``, outside this repo); the calling test is skipped, naming the
+    file, where that folder or the file is not there."""
+    path = BENCH_DIR.joinpath(*parts)
+    if not path.is_file():
+        pytest.skip(f"needs the shared bench file {path}, which is missing (../shared/bench is not part of this repo)")
+    return path
 
 
 def write_text_pdf(path: Path, pages: list[str]) -> Path:
@@ -96,6 +105,17 @@ def store(tmp_path, monkeypatch):
     return ingest.get_client(str(path))
 
 
+# A document as if another embedder had made it (the re-embedding tests of ingest, retriever and the store viewer)
+OTHER_EMBEDDER = "ollama:nomic-embed-text"
+
+
+def pretend_made_by(client, collection_name: str, embedder_name: str = OTHER_EMBEDDER) -> None:
+    """Record another embedder on a collection, as if another embedder had made it (modify replaces
+    the whole metadata, so every other key is written back)."""
+    col = client.get_collection(collection_name)
+    col.modify(metadata={**col.metadata, "embedder": embedder_name})
+
+
 # The three pages of facts.pdf, the suite's small document with known answers.
 FACT_PAGES = [
     "Chapter 1. The lighthouse keeper of Port Elwin was Margaret Tolland. "
@@ -105,6 +125,10 @@ FACT_PAGES = [
     "Chapter 3. The railway reached the town in 1889. Trains to the capital "
     "took nine hours and carried mail, fish and passengers.",
 ]
+
+# A small income statement as Markdown rows (the checker's and the answer tests' table)
+INCOME_TABLE = ("Consolidated statement of income (in millions)\n| | 2023 | 2022 |\n| Net sales | 3,226.8 | 2,729.4 |\n"
+                "| Operating income | 412.0 | 318.0 |\n| Net income | 296.0 | 223.0 |")
 
 
 @pytest.fixture

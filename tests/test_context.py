@@ -53,10 +53,3 @@ def test_a_table_row_comes_with_its_header_row(store, embedder, tmp_path):
     [chosen] = context.choose_context(question, retriever.search(question, scope=[collection]), retriever)
     assert "| Operating income | 412.0 | 318.0 |" in chosen.text
     assert "| | 2023 | 2022 |" in chosen.text
-
-
-def test_page_text_places_chunks_at_their_offsets():
-    from retriever import Hit, page_text
-
-    chunks = [Hit("a", "c", "d", 1, 0, 5, "A a. "), Hit("b", "c", "d", 1, 5, 9, "B b.")]
-    assert page_text(chunks) == "A a. B b."

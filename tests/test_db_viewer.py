@@ -13,8 +13,7 @@ from streamlit.testing.v1 import AppTest
 
 import db_viewer
 import ingest
-from conftest import shown, write_text_pdf
-from test_ingest import OTHER_EMBEDDER, pretend_made_by
+from conftest import OTHER_EMBEDDER, pretend_made_by, shown, write_text_pdf
 
 VIEWER = str(Path(__file__).resolve().parents[1] / "db_viewer.py")
 

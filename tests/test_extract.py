@@ -15,7 +15,6 @@ import config
 import extract
 import ingest
 import preview
-from extract import Page
 
 HEADER = "Harbour Freight Ltd - Annual Report 2023"
 YEARS = ("2023", "2022", "2021")
@@ -144,29 +143,30 @@ def test_running_header_and_page_numbers_stay_in_the_page_text_but_are_not_embed
 
 
 # -----------------------------------------------------------------------------
-# Chunks of tables (no PDF needed)
+# Chunking (no PDF needed)
 
 
-def _long_table_page(rows: int) -> Page:
-    lines = ["Quarterly deliveries by port.", "| Port | Tonnes | Ships |", "|---|---|---|"]
-    lines += [f"| Port {n} Inc. | {n * 1000 + 7} | {n} |" for n in range(rows)]
-    return Page(1, "\n".join(lines), "text")
+def test_chunk_page_worked_example():
+    assert extract.chunk_page("A a. B b. C c.", size=9, overlap=4) == [(0, 9), (5, 14)]
 
 
-def test_chunks_never_cut_a_table_row_and_each_piece_repeats_the_header():
-    page = _long_table_page(80)
-    records = ingest.chunk_records(page, "0" * 64, "ports.pdf")
-    assert len(records) > 2
-    rows = {line for line in page.text.splitlines() if line.startswith("| Port ")}
-    for _, text, meta in records:
-        body = text[meta["header_chars"] :]
-        assert page.text[meta["start"] : meta["end"]] == body
-        for line in body.splitlines():
-            assert line in rows or line in ("|---|---|---|", "Quarterly deliveries by port.", "| Port | Tonnes | Ships |")
-        if meta["start"] > page.text.index("|---|"):  # starts inside the table's body
-            assert text.startswith("| Port | Tonnes | Ships |\n|---|---|---|\n| Port ")
-        else:
-            assert meta["header_chars"] == 0
+def test_chunks_respect_size_keep_sentences_whole_and_overlap():
+    text = " ".join(f"Sentence number {i} says something about topic {i}." for i in range(60))
+    spans = extract.chunk_page(text, size=300, overlap=80)
+    assert len(spans) > 5
+    for start, end in spans:
+        assert end - start <= 300
+        assert text[end - 1] == "."  # ends on a sentence boundary
+    for (_, prev_end), (next_start, _) in zip(spans, spans[1:]):
+        assert next_start < prev_end  # consecutive chunks overlap
+    assert spans[0][0] == 0 and spans[-1][1] == len(text)
+
+
+def test_an_overlong_sentence_is_cut_at_spaces():
+    text = "word " * 500
+    spans = extract.chunk_page(text.strip(), size=200, overlap=0)
+    assert all(e - s <= 200 for s, e in spans)
+    assert "".join(text.strip()[s:e] + " " for s, e in spans).split() == text.split()
 
 
 def test_a_full_stop_inside_a_row_does_not_end_a_chunk_unit():
@@ -190,3 +190,15 @@ def test_line_boxes_of_a_laid_out_page_cover_its_words(tmp_path):
     for start, end, box in laid.line_boxes:
         assert any(pymupdf.Rect(box).intersects(r) for r in page.search_for(laid.text[start:end]))
     assert json.loads(json.dumps(laid.line_boxes))  # storable as chunk metadata
+
+
+# -----------------------------------------------------------------------------
+# Rendering for OCR
+
+
+def test_huge_pages_are_rendered_small_enough_for_ocr():
+    doc = pymupdf.open()
+    assert extract.ocr_dpi(doc.new_page(width=400, height=300)) == config.OCR_MAX_DPI  # small: full resolution
+    for width, height in ((595, 842), (2160, 2160)):  # A4, and a 30-inch square poster
+        dpi = extract.ocr_dpi(doc.new_page(width=width, height=height))
+        assert dpi < config.OCR_MAX_DPI and max(width, height) * dpi / 72 <= config.OCR_MAX_PIXELS

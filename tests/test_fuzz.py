@@ -36,7 +36,9 @@ import ingest
 import qa
 import safe_text
 from conftest import shown
-from retriever import Hit, tokenize
+import text_utils
+from retriever import Hit
+from text_utils import tokenize
 
 pytestmark = pytest.mark.slow  # 10,000 inputs per group: about two minutes
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", 10_000))  # per test; lower it for a quick local run
@@ -203,7 +205,7 @@ def _prefixes_read_as_whole(text: str) -> bool:
     ends = ends[:: max(1, len(ends) // 8)]
     ends = ends[1::2] + [end - 1 for end in ends if end > 1] + ends[::2]
     read = checker._PrefixReading(place)
-    return all(read(end) == (checker._label_words(place[:end]), checker.years_in(place[:end])) for end in ends)
+    return all(read(end) == (checker._label_words(place[:end]), text_utils.years_in(place[:end])) for end in ends)
 
 
 def _runs_read_in_any_order(passage: str) -> bool:
@@ -251,11 +253,11 @@ def _check_text_helpers(text: str, page: int) -> None:
     assert len(set(cited)) == len(cited) and all(type(n) is int and 0 <= n < 10**9 for n in cited)
     assert isinstance(checker.strip_markers(text), str)
     lines = text.split("\n")
-    assert all(re.fullmatch(r"\d+(?:\.\d+)*", n) for n in checker.numbers_in(text))
-    assert checker.months_in(text) <= {"jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"}
+    assert all(re.fullmatch(r"\d+(?:\.\d+)*", n) for n in text_utils.numbers_in(text))
+    assert text_utils.months_in(text) <= {"jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"}
     assert all(isinstance(name, str) for name in checker.names_in(text))
-    assert all(re.fullmatch(r"(?:19|20)\d\d", y) for y in checker.years_in(text))
-    assert all(re.fullmatch(r"(?:19|20)\d\d-\d\d", span) for span in checker.financial_years(text))
+    assert all(re.fullmatch(r"(?:19|20)\d\d", y) for y in text_utils.years_in(text))
+    assert all(re.fullmatch(r"(?:19|20)\d\d-\d\d", span) for span in text_utils.financial_years(text))
     assert all(isinstance(figure, str) for figure in checker.subject_figures(text) | checker.question_keys(text))
     assert all(isinstance(unit, str) for unit in checker.passage_units(text))
     assert all(isinstance(unit, str) for unit in checker.table_units([l for l in lines if checker._TABLE_LINE.match(l)]))
@@ -268,12 +270,12 @@ def _check_text_helpers(text: str, page: int) -> None:
 def _check_rules(claim: str, passage: str, question: str, page: int) -> None:
     """The rules that judge a claim against a passage."""
     assert isinstance(checker.unbacked_detail(claim, passage, question, page), bool)
-    assert checker.misplaced_figures(claim, passage, question) <= checker.numbers_in(claim)
+    assert checker.misplaced_figures(claim, passage, question) <= text_utils.numbers_in(claim)
     assert isinstance(checker.missing_specifics(claim, passage, question), set)
     assert isinstance(checker.under_another_label(claim, passage, question), bool)
     assert isinstance(checker.beside_another_key(claim, passage, question), bool)
     assert isinstance(checker.answer_beside_question(claim, passage, question), bool)
-    for figure in sorted(checker.numbers_in(claim))[:3]:
+    for figure in sorted(text_utils.numbers_in(claim))[:3]:
         assert isinstance(checker.in_another_financial_year(figure, claim, passage), bool)
     assert isinstance(checker.names_one_side(passage.split("\n")[0], checker._label_words(claim)), bool)
     assert checker.shared_references(claim, passage) <= set(re.findall(r"\d+", claim))

@@ -12,10 +12,10 @@ import pymupdf
 import pytest
 
 import config
-import extract
 import ingest
 import models
-from conftest import BENCH_DIR, image_only_page, write_text_pdf
+from conftest import OTHER_EMBEDDER, bench_file, image_only_page, pretend_made_by, write_text_pdf
+from extract import Page
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -29,27 +29,26 @@ def top_page(collection, embedder, question: str) -> int:
 # Chunking
 
 
-def test_chunk_page_worked_example():
-    assert extract.chunk_page("A a. B b. C c.", size=9, overlap=4) == [(0, 9), (5, 14)]
+def _long_table_page(rows: int) -> Page:
+    lines = ["Quarterly deliveries by port.", "| Port | Tonnes | Ships |", "|---|---|---|"]
+    lines += [f"| Port {n} Inc. | {n * 1000 + 7} | {n} |" for n in range(rows)]
+    return Page(1, "\n".join(lines), "text")
 
 
-def test_chunks_respect_size_keep_sentences_whole_and_overlap():
-    text = " ".join(f"Sentence number {i} says something about topic {i}." for i in range(60))
-    spans = extract.chunk_page(text, size=300, overlap=80)
-    assert len(spans) > 5
-    for start, end in spans:
-        assert end - start <= 300
-        assert text[end - 1] == "."  # ends on a sentence boundary
-    for (_, prev_end), (next_start, _) in zip(spans, spans[1:]):
-        assert next_start < prev_end  # consecutive chunks overlap
-    assert spans[0][0] == 0 and spans[-1][1] == len(text)
-
-
-def test_an_overlong_sentence_is_cut_at_spaces():
-    text = "word " * 500
-    spans = extract.chunk_page(text.strip(), size=200, overlap=0)
-    assert all(e - s <= 200 for s, e in spans)
-    assert "".join(text.strip()[s:e] + " " for s, e in spans).split() == text.split()
+def test_chunks_never_cut_a_table_row_and_each_piece_repeats_the_header():
+    page = _long_table_page(80)
+    records = ingest.chunk_records(page, "0" * 64, "ports.pdf")
+    assert len(records) > 2
+    rows = {line for line in page.text.splitlines() if line.startswith("| Port ")}
+    for _, text, meta in records:
+        body = text[meta["header_chars"] :]
+        assert page.text[meta["start"] : meta["end"]] == body
+        for line in body.splitlines():
+            assert line in rows or line in ("|---|---|---|", "Quarterly deliveries by port.", "| Port | Tonnes | Ships |")
+        if meta["start"] > page.text.index("|---|"):  # starts inside the table's body
+            assert text.startswith("| Port | Tonnes | Ships |\n|---|---|---|\n| Port ")
+        else:
+            assert meta["header_chars"] == 0
 
 
 # -----------------------------------------------------------------------------
@@ -87,6 +86,14 @@ def test_same_bytes_under_another_name_is_a_cache_hit(store, embedder, three_pag
     second = ingest.ingest_pdf(copy, store, embedder)
     assert second.cached and second.collection == first.collection and second.chunks == first.chunks
     assert len(ingest.list_documents(store)) == 1
+
+
+def test_removing_a_document_removes_its_kept_pdf(store, embedder, three_page_pdf):
+    result = ingest.ingest_pdf(three_page_pdf, store, embedder)
+    kept = ingest.kept_pdf_path(result.collection)
+    assert kept.read_bytes() == three_page_pdf.read_bytes()
+    ingest.delete_document(store, result.collection)
+    assert not kept.exists()
 
 
 def test_image_only_page_is_ocrd_per_page_with_line_boxes(store, embedder, tmp_path):
@@ -135,16 +142,8 @@ def test_words_drawn_as_vector_outlines_are_ocrd(store, embedder, tmp_path):
     assert result.ocr_pages == 1 and "Baroda" in text
 
 
-def test_huge_pages_are_rendered_small_enough_for_ocr():
-    doc = pymupdf.open()
-    assert extract.ocr_dpi(doc.new_page(width=400, height=300)) == config.OCR_MAX_DPI  # small: full resolution
-    for width, height in ((595, 842), (2160, 2160)):  # A4, and a 30-inch square poster
-        dpi = extract.ocr_dpi(doc.new_page(width=width, height=height))
-        assert dpi < config.OCR_MAX_DPI and max(width, height) * dpi / 72 <= config.OCR_MAX_PIXELS
-
-
 def test_scanned_bench_pdf_is_ocrd(store, embedder):
-    result = ingest.ingest_pdf(BENCH_DIR / "misc" / "scan_c03-29.pdf", store, embedder)
+    result = ingest.ingest_pdf(bench_file("misc", "scan_c03-29.pdf"), store, embedder)
     col = ingest.open_collection(store, result.collection, embedder)
     text = " ".join(col.get()["documents"])
     assert result.ocr_pages == 1 and "Miss Watson" in text
@@ -196,7 +195,7 @@ def test_bad_pdfs_get_a_clear_error_and_leave_the_store_untouched(store, embedde
 
 
 def test_truncated_pdf_is_reported_not_half_stored(store, embedder, tmp_path):
-    whole = (BENCH_DIR / "misc" / "en_R-data.pdf").read_bytes()
+    whole = bench_file("misc", "en_R-data.pdf").read_bytes()
     path = tmp_path / "truncated.pdf"
     path.write_bytes(whole[: len(whole) // 3])
     try:
@@ -255,15 +254,6 @@ def test_opening_with_another_embedder_gives_a_clear_message_and_reingest_reembe
 
 # -----------------------------------------------------------------------------
 # Re-embedding a document made with another embedder, from its kept PDF
-
-OTHER_EMBEDDER = "ollama:nomic-embed-text"
-
-
-def pretend_made_by(client, collection_name: str, embedder_name: str = OTHER_EMBEDDER) -> None:
-    """Record another embedder on a collection, as if another embedder had made it (modify replaces
-    the whole metadata, so every other key is written back)."""
-    col = client.get_collection(collection_name)
-    col.modify(metadata={**col.metadata, "embedder": embedder_name})
 
 
 def label_page(client, collection_name: str, page: int, title: str, keywords: str) -> None:
@@ -411,7 +401,7 @@ ingest.ingest_pdf({pdf!r}, ingest.get_client({store!r}), models.MiniLMEmbeddings
 
 
 def test_a_killed_ingest_never_looks_complete_and_a_rerun_repairs_it(tmp_path, embedder, monkeypatch):
-    pdf = BENCH_DIR / "misc" / "en_R-data.pdf"
+    pdf = bench_file("misc", "en_R-data.pdf")
     store_dir = tmp_path / "store"
     monkeypatch.setattr(config, "CHROMA_PERSIST_DIR", str(store_dir))
     script = CRASHER.format(repo=str(REPO), pdf=str(pdf), store=str(store_dir))

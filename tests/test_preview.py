@@ -59,11 +59,3 @@ def test_an_ocr_page_is_highlighted_with_its_ocr_line_boxes(store, embedder, tmp
     rows, scale = changed_rows(ingest.kept_pdf_path(result.collection), 1, meta["start"], meta["end"], meta["ocr_boxes"])
     boxes = [pymupdf.Rect(b) for b in json.loads(meta["ocr_boxes"])]
     assert rows.size and rows.min() / scale >= min(b.y0 for b in boxes) - 2
-
-
-def test_removing_a_document_removes_its_kept_pdf(store, embedder, three_page_pdf):
-    result = ingest.ingest_pdf(three_page_pdf, store, embedder)
-    kept = ingest.kept_pdf_path(result.collection)
-    assert kept.read_bytes() == three_page_pdf.read_bytes()
-    ingest.delete_document(store, result.collection)
-    assert not kept.exists()

@@ -1,12 +1,8 @@
-"""Question parsing (question.py) and document profiles and routing (routing.py): pure functions."""
+"""Question parsing (question.py): pure functions."""
 
 from __future__ import annotations
 
-from qa import question_for_prompt
-from question import parse_question, statements_measured, statements_named, year_wordings, years_named
-from retriever import STOPWORDS, keyword_tokens
-from routing import (acronyms_asked, acronyms_in, distinctive_words, document_profile, expansion_here, names_in_question, route,
-                     row_labels_with_initials, year_style)
+from question import parse_question, statements_measured, statements_named
 
 
 def test_instructions_about_the_answer_are_split_from_the_question():
@@ -33,97 +29,9 @@ def test_plain_questions_and_imperatives_are_searched_whole():
         assert parsed.query == text and parsed.instructions == []
 
 
-def test_statement_names_and_years_are_read_however_they_are_written():
+def test_statement_names_are_read_however_they_are_written():
     assert statements_named("the Consolidated Statements of Cash Flows and the balance sheet") == ["cash flow statement", "balance sheet"]
     assert statements_named("statement of operations") == ["income statement"]
-    assert years_named("FY19 against fiscal year 2020 and 2021 (FY2021)") == ["2019", "2020", "2021"]
-    assert year_wordings("capex in FY2019 and 2020", "fiscal") == "capex in fiscal 2019 and fiscal 2020"
-    assert year_wordings("capex in fiscal 2019", "plain") == "capex in 2019"
-
-
-def test_the_answer_prompt_gets_the_question_then_its_instructions():
-    assert question_for_prompt("What was capex? State it in USD millions.") == "What was capex?\nAnswer form: State it in USD millions."
-    assert question_for_prompt("What was capex in 2019?") == "What was capex in 2019?"
-
-
-# -----------------------------------------------------------------------------
-
-
-def filing(company: str, year: str) -> list[str]:
-    return [
-        (f"UNITED STATES SECURITIES AND EXCHANGE COMMISSION\nFORM 10-K\nFor the fiscal year ended August 29, {year}\n"
-         f"{company}\n(Exact name of registrant as specified in its charter)"),
-        f"Item 1. Business. {company} operates stores. Fiscal {year} net sales rose.",
-    ]
-
-
-def test_profiles_read_names_acronyms_years_type_and_year_style():
-    profile = document_profile("COSTCO_2021_10K.pdf", filing("Costco Wholesale Corporation", "2021"))
-    assert {"costco", "wholesale"} <= profile.names and "cw" in profile.acronyms
-    assert profile.years == ["2021"] and profile.doc_type == "annual report" and profile.title.startswith("UNITED STATES")
-    assert acronyms_in("Pew Research Center and NIKE, Inc. (the SEC)") >= {"prc", "nike", "sec"}
-    assert year_style("In FY2021, FY2020 and FY2019 sales rose") == "fy" and year_style("In 2021 sales rose") == "plain"
-
-
-def test_a_profile_name_is_a_word_the_document_never_writes_in_lower_case():
-    """A bench question about "the Chairman of the Board ... the President of the SILF" was routed
-    to the two reports whose first pages say "Chairman", "President" and "Board"."""
-    profile = document_profile("report.pdf", ["Birchwood Ltd\nReport of the Chairman of the Board"],
-                               "The chairman thanked the board. Orders at www.birchwood.com. Birchwood grew.")
-    assert "birchwood" in profile.names and not {"chairman", "board"} & profile.names
-    cover = document_profile("plan.pdf", ["HOW TO GROW: the PRC plan"], "How to grow, by the PRC.")
-    assert "prc" in cover.acronyms and "to" not in cover.acronyms  # "TO" is the word "to" in capitals
-
-
-def test_an_acronym_stands_for_the_name_on_the_page_that_shares_the_question_s_words():
-    debate, director = ("Model Debate", 3.0, 7), ("Managing Director", 1.0, 8)
-    assert expansion_here([debate, director], []) == "Model Debate"  # its page shares more of the question
-    assert expansion_here([("Model Debate", 1.0, 7), director], []) == "Managing Director"  # a tie: the most used name
-    assert expansion_here([debate, director], [3.0]) is None  # a page writing "MD" shares as much: it means that
-    assert expansion_here([], [1.0]) is None
-    # what counts as an acronym in a question: not a date format's letters, nothing in a question shouted in capitals
-    assert acronyms_asked("Which TO grew in 2014? Date it YYYY-MM-DD.") == {"to"}
-    assert acronyms_asked("In the slide that includes MID and Trends, what does the PRC’s IP show?") == {"mid", "prc", "ip"}
-    assert acronyms_asked("WHAT IS THE 2nd OBJECTIVE OF REGULATORY EFFICIENCY?") == set()
-    # a table's row labels are line items analysts abbreviate; a heading or a label alone on its line is not one
-    assert row_labels_with_initials("ASSETS\nLong-term debt, excluding current portion\n$\n6,692\nNet sales 12\nNotes\nSee below") == [
-        ("ld", "Long-term debt"), ("ltd", "Long-term debt")]
-
-
-def test_routing_picks_named_documents_by_distinctive_words_only():
-    profiles = {
-        "costco": document_profile("COSTCO_2021_10K.pdf", filing("Costco Wholesale Corporation", "2021")),
-        "nike": document_profile("NIKE_2021_10K.pdf", filing("NIKE, Inc.", "2021")),
-        "pew": document_profile("report.pdf", ["Pew Research Center\nSeniors and technology use, 2014"]),
-    }
-    weights = distinctive_words(profiles)
-    assert "costco" in weights and "form" not in weights  # every filing says "Form 10-K": names nothing
-    assert list(route({"costco", "capex"}, ["2021"], profiles, weights)) == ["costco"]
-    assert list(route({"cw", "capex"}, [], profiles, weights)) == ["costco"]  # abbreviated
-    assert route({"capex", "sales"}, ["2021"], profiles, weights) == {}  # names no document: no preference
-    assert route({"costco"}, [], {"costco": profiles["costco"]}, weights) == {}  # one document: nothing to choose
-
-
-def test_a_question_names_a_document_by_the_head_of_a_name_it_writes_not_by_common_words():
-    """A bench question named GODFREY PHILLIPS INDIA LIMITED and was routed to another
-    company's report whose first pages say "India", "Limited" and (for "non-executive") "Executive"."""
-    other = document_profile("report.pdf", ["ITC Limited, India\nReport of the Executive Directors"])
-    profiles = {"other": other, "costco": document_profile("COSTCO_2021_10K.pdf", filing("Costco Wholesale Corporation", "2021"))}
-    weights = distinctive_words(profiles)
-    question = "Who are the non-executive and independent directors of GODFREY PHILLIPS INDIA LIMITED?"
-    assert names_in_question(question, STOPWORDS) == {"godfrey", "godfreyphillipsindialimited"}
-    assert route(names_in_question(question, STOPWORDS), [], profiles, weights) == {}
-    assert list(route(set(keyword_tokens(question)), [], profiles, weights)) == ["other"]  # every word of it would
-    asked = "What were Costco's capital expenditures? Costco Wholesale, and ITC too."
-    assert names_in_question(asked, STOPWORDS) == {"costco", "costcowholesale", "itc"}  # an opening stopword is no name; "Costco" opens a name
-    assert set(route(names_in_question(asked, STOPWORDS), [], profiles, weights)) == {"costco", "other"}
-
-
-def test_a_month_however_written_names_no_document():
-    """"Oct. 24, 2016" in a question about a complaint routed it to a software manual whose cover says "Oct"."""
-    question = "According to the complaint, who was interviewed by Traveler's agents on Oct. 24, 2016?"
-    assert names_in_question(question, STOPWORDS) == {"traveler"}
-    assert names_in_question("What was filed in Sept 2019 and on 3 March?", STOPWORDS) == set()
 
 
 def test_a_financial_measure_names_the_statements_it_is_computed_from():
@@ -144,15 +52,3 @@ def test_a_sentence_beside_the_question_that_names_a_statement_says_where_to_loo
     assert parsed.query == "What is the year end FY2019 total amount of inventories?"
     assert parsed.statements == ["balance sheet"]
     assert parse_question("What was the largest liability in the Balance Sheet in 2022?").statements == ["balance sheet"]
-
-
-def test_a_name_of_two_words_names_the_file_that_writes_it_as_one_and_the_year_picks_the_filing():
-    profiles = {f"bestbuy{year}": document_profile(f"BESTBUY_{year}_10K.pdf", filing("Best Buy Co., Inc.", year)) for year in ("2019", "2023")}
-    for name in ("Costco", "Walmart", "Target", "Kroger", "Nike", "Adobe", "Boeing", "Corning", "Verizon", "Pepsico",
-                 "Amcor", "Netflix", "Oracle", "Intel", "Cisco", "Paypal", "Ulta", "Kohl", "Macy", "Dollar"):  # a library
-        profiles[name] = document_profile(f"{name.upper()}_2021_10K.pdf", filing(f"{name} Corporation", "2021"))
-    question = "What were Best Buy's FY2019 inventories?"
-    words = names_in_question(question, STOPWORDS)
-    assert "bestbuy" in words
-    assert list(route(words, ["2019"], profiles, distinctive_words(profiles))) == ["bestbuy2019"]
-    assert set(route(words, [], profiles, distinctive_words(profiles))) == {"bestbuy2019", "bestbuy2023"}  # no year: both

@@ -2,25 +2,17 @@
 
 from __future__ import annotations
 
-import json
-import random
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import write_text_pdf
+from conftest import OTHER_EMBEDDER, pretend_made_by, write_text_pdf
 from rank_bm25 import BM25Okapi
-from test_ingest import OTHER_EMBEDDER, pretend_made_by
 
 import ingest
-from eval_retrieval import abbreviate_names, perturb, reword_years, split_questions
 from question import parse_question
-from retriever import Retriever, SparseBM25, keyword_tokens, page_references, rrf, tokenize
-from statements import statements_headed
-
-REPO = Path(__file__).resolve().parents[1]
+from retriever import Retriever, SparseBM25, page_references, rrf
+from text_utils import tokenize
 
 
 def test_rrf_matches_a_hand_checked_example():
@@ -29,16 +21,6 @@ def test_rrf_matches_a_hand_checked_example():
     assert fused["b"] == pytest.approx(1 / 62)
     assert fused["c"] == pytest.approx(1 / 63 + 1 / 61)
     assert sorted(fused, key=fused.get, reverse=True) == ["a", "c", "b"]
-
-
-def test_tokenize_lowercases_strips_punctuation_and_stopwords():
-    assert tokenize("The page. Page 3, Zürich!") == ["page", "page", "3", "zürich"]
-    assert tokenize("What is the XK-4471B?") == ["xk", "4471b"]
-
-
-def test_numbered_figures_and_tables_become_distinct_keywords():
-    assert "figure_3" in tokenize("See Fig. 3 below") and "figure_3" in tokenize("Figure 3: results")
-    assert "figure_3" not in tokenize("Table 3") and "table_3" in tokenize("Table 3")
 
 
 def test_page_references_read_numbers_words_and_positions():
@@ -61,6 +43,13 @@ def test_sparse_bm25_scores_equal_rank_bm25():
     ours, theirs = SparseBM25(corpus), BM25Okapi(corpus)
     for query in (["fox"], ["brown", "dog"], ["lazy", "lazy", "fox"], ["nothing"]):
         assert np.allclose(ours.get_scores(query), theirs.get_scores(query))
+
+
+def test_page_text_places_chunks_at_their_offsets():
+    from retriever import Hit, page_text
+
+    chunks = [Hit("a", "c", "d", 1, 0, 5, "A a. "), Hit("b", "c", "d", 1, 5, 9, "B b.")]
+    assert page_text(chunks) == "A a. B b."
 
 
 # -----------------------------------------------------------------------------
@@ -230,85 +219,6 @@ def test_page_labels_join_the_keyword_index_once_written(store, embedder, three_
 
 
 # -----------------------------------------------------------------------------
-
-
-def test_perturbations_add_instructions_abbreviate_names_and_reword_years():
-    rng = random.Random(1)
-    question = "What did Costco Wholesale Corporation earn in 2021?"
-    after = perturb(question, "instruction-after", rng)
-    assert after.startswith(question) and len(after) > len(question) + 10
-    assert perturb(question, "instruction-before", rng).endswith(question)
-    assert abbreviate_names(question, random.Random(0)) in ("What did CW earn in 2021?", "What did Costco earn in 2021?")
-    assert abbreviate_names("How many cars are there?", rng) == "How many cars are there?"  # nothing to shorten
-    assert reword_years("Revenue in 2019 and FY2020?", random.Random(3)) in {
-        f"Revenue in {a} and {b}?" for a in ("FY2019", "fiscal 2019") for b in ("fiscal 2020", "2020")}
-
-
-def test_split_halves_are_disjoint_seeded_and_cover_everything():
-    questions = [{"question": str(i)} for i in range(11)]
-    fit, held_out = split_questions(questions, "fit", 18), split_questions(questions, "held-out", 18)
-    assert len(fit) == 5 and len(held_out) == 6 and not {q["question"] for q in fit} & {q["question"] for q in held_out}
-    assert fit == split_questions(questions, "fit", 18) != split_questions(questions, "fit", 19)
-
-
-@pytest.mark.slow  # starts another process
-def test_eval_script_runs_end_to_end_and_writes_every_metric(tmp_path):
-    pdfs = tmp_path / "pdfs"
-    pdfs.mkdir()
-    write_text_pdf(pdfs / "facts.pdf", [
-        "The lighthouse keeper of Port Elwin was Margaret Tolland.",
-        "In 1911 the fishing catch reached 3,200 tonnes.",
-        "The railway reached the town in 1889.",
-    ])
-    questions = tmp_path / "questions.jsonl"
-    rows = [
-        {"question": "Who kept the lighthouse?", "doc": "facts.pdf", "pages": [1], "category": "semantic"},
-        {"question": "catch 1911 tonnes", "doc": "facts.pdf", "pages": [2], "category": "keyword-heavy"},
-        {"question": "What is the capital of Peru?", "doc": "facts.pdf", "pages": []},
-    ]
-    questions.write_text("\n".join(json.dumps(r) for r in rows))
-    out = tmp_path / "out.json"
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "eval_retrieval.py"), "--questions", str(questions), "--k", "2",
-         "--store", str(tmp_path / "store"), "--json", str(out)],
-        capture_output=True, text=True, timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    results = json.loads(out.read_text())
-    for scope in ("doc", "library"):
-        for ablation in ("semantic", "bm25", "hybrid"):
-            metrics = results["ablations"][f"{scope}/{ablation}"]
-            assert set(metrics) >= {"hit@2", "recall@2", "precision@2", "mrr", "n"} and metrics["n"] == 2
-    assert results["ablations"]["doc/hybrid"]["hit@2"] == 1.0
-    assert results["unanswerable"]["doc"]["n"] == 1
-    assert (tmp_path / "out.md").read_text().startswith("# Retrieval evaluation")
-
-    # reworded questions, in the own document, the library and the library of the same document type
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "eval_retrieval.py"), "--questions", str(questions), "--k", "2", "--perturb",
-         "--scope", "all", "--store", str(tmp_path / "store"), "--json", str(out)],
-        capture_output=True, text=True, timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    runs = json.loads(out.read_text())["runs"]
-    assert runs["doc/hybrid/instruction-after"]["changed"] == 2 and runs["doc/hybrid/year-wording"]["changed"] == 1
-    assert {"library/bm25/plain", "type/semantic/abbreviated-names"} <= set(runs)
-    assert "| instruction-before |" in proc.stdout
-
-    # another chunking policy is ingested into its own store, beside the default one
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "eval_retrieval.py"), "--questions", str(questions), "--k", "2", "--scope", "doc",
-         "--store", str(tmp_path / "store"), "--chunk-size", "30", "--chunk-overlap", "0", "--json", str(out)],
-        capture_output=True, text=True, timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    policy_store = ingest.get_client(str(tmp_path / "store-chunks30-0"))
-    default_store = ingest.get_client(str(tmp_path / "store"))
-    [policy_doc] = ingest.list_documents(policy_store)
-    assert policy_doc["chunks"] > ingest.list_documents(default_store)[0]["chunks"]
-
-
-# -----------------------------------------------------------------------------
 # Issue 18: instructions around the question, libraries of similar filings, fiscal-year wording
 
 
@@ -393,13 +303,6 @@ def test_a_measure_word_in_a_question_about_another_document_seats_no_statement(
     assert {h.collection for h in hits} == {collection}  # "EPS" (earnings per share) seats no income statement
 
 
-def test_a_statement_heading_is_a_line_of_its_own_not_a_sentence_that_names_it():
-    assert statements_headed("Profit and loss account for the year ended March 31, 2003\nSales 1,200") == ["income statement"]
-    assert statements_headed("CONSOLIDATED BALANCE SHEETS\n(in millions)") == ["balance sheet"]
-    assert statements_headed("Deferred taxes are included in the\nConsolidated Balance Sheets.") == []
-    assert statements_headed("CONSOLIDATED STATEMENTS OF COMPREHENSIVE INCOME") == ["statement of comprehensive income"]
-
-
 def test_routing_favours_the_document_the_question_names_and_never_drops_the_others(store, embedder, filings):
     retriever = Retriever(store, embedder)
     question = "What were Birchwood's revenues?"
@@ -463,7 +366,6 @@ def test_an_acronym_in_capitals_finds_its_name_not_the_same_letters_as_a_word(st
     # "TO" is not the stopword "to", "MID" is not "mid"; a legal suffix counts in initials too (TIC)
     assert [h.page for h in retriever.search("Which TO grew?", k=1, mode="bm25")] == [1]
     assert [h.page for h in retriever.search("Who did the TIC agents interview?", k=1, mode="bm25")] == [3]
-    assert "^mid" not in keyword_tokens("in mid-2014") and "^mid" in keyword_tokens("MID trends")
 
 
 def test_a_year_is_searched_as_the_document_writes_it(store, embedder, tmp_path):
@@ -474,7 +376,5 @@ def test_a_year_is_searched_as_the_document_writes_it(store, embedder, tmp_path)
         "The cooperative was founded by farmers.",
     ])
     retriever = retriever_with(store, embedder, pdf)
-    assert tokenize("FY2020") == ["fy", "2020"] and tokenize("FY20") == ["fy", "2020"]
-    assert keyword_tokens("the Prosecution Services Staff") == ["prosecution", "services", "staff", "^pss"]
     for wording in ("FY2020", "FY20", "fiscal year 2020", "2020"):
         assert retriever.search(f"What happened to a creamery in {wording}?", k=1)[0].page == 2

@@ -1,8 +1,10 @@
-"""A financial measure read off a statement's own lines: which line, which year column, what result."""
+"""A financial measure read off a statement's own lines: which line, which year column, what result;
+and which lines head a statement."""
 
 from __future__ import annotations
 
 import statements
+from statements import statements_headed
 
 BALANCE_SHEET = "\n".join([
     "ACME, INC.", "CONSOLIDATED BALANCE SHEETS", "MAY 31,", "(In millions)", "2021", "2020", "ASSETS",
@@ -61,3 +63,10 @@ def test_a_page_prints_a_statement_only_with_its_rows_of_figures_not_by_naming_i
         ("Other current assets", "466", "438"), ("Total current assets", "8,870", "9,829")])
     assert statements.statement_page(contents) == []
     assert statements.statement_page("Consolidated Balance Sheets\n$ in millions\nFebruary 2, 2019\nFebruary 3, 2018\n" + rows) == ["balance sheet"]
+
+
+def test_a_statement_heading_is_a_line_of_its_own_not_a_sentence_that_names_it():
+    assert statements_headed("Profit and loss account for the year ended March 31, 2003\nSales 1,200") == ["income statement"]
+    assert statements_headed("CONSOLIDATED BALANCE SHEETS\n(in millions)") == ["balance sheet"]
+    assert statements_headed("Deferred taxes are included in the\nConsolidated Balance Sheets.") == []
+    assert statements_headed("CONSOLIDATED STATEMENTS OF COMPREHENSIVE INCOME") == ["statement of comprehensive income"]

@@ -1,21 +1,21 @@
-"""The evidence measures of the evaluation scripts: evidence@3 (eval_retrieval, eval_answers) and time to evidence (bench);
-which chat model eval_answers and bench measure (any backend, named the same way)."""
+"""The retrieval evaluation (eval_retrieval.py): evidence@3 and its line and answer rules, the reworded
+questions and seeded halves, and the script end to end."""
 
 from __future__ import annotations
 
-import argparse
 import json
+import random
+import subprocess
+import sys
 
-from conftest import FACT_PAGES, SERVER_KEY, SERVER_MODEL, write_text_pdf
+import pytest
+from conftest import REPO, write_text_pdf
 
-import bench
-import config
-import eval_answers
 import eval_retrieval
 import ingest
-import models
-from eval_retrieval import answer_in_texts, line_in_quotes
+from eval_retrieval import abbreviate_names, answer_in_texts, line_in_quotes, perturb, reword_years, split_questions
 from retriever import Retriever
+
 
 # A quote as FinanceBench stores them (3M's 2018 cash flow statement, shortened): lines cut at every cell
 CASH_FLOW_QUOTE = (
@@ -108,70 +108,77 @@ def test_evaluate_reports_evidence_at_3_as_the_inputs_imply(tmp_path, store, emb
     assert "## Evidence misses (hybrid, a gold page in the top 2): 2" in report  # the unquoted line, in each scope
 
 
-def test_answer_summary_reports_evidence_shown_when_refused_and_median_times():
-    def row(evidence, refused, evidence_seconds, first_token_seconds):
-        return {"answerable": evidence != "unanswerable", "correct": False, "refused": refused, "citations": [], "seconds": 9.0,
-                "evidence": None if evidence == "unanswerable" else evidence,
-                "evidence_seconds": evidence_seconds, "first_token_seconds": first_token_seconds}
-
-    rows = [row(1, True, 0.4, None), row(0, True, 0.6, None), row(1, False, 0.5, 3.0), row(None, False, 0.9, 5.0),
-            row("unanswerable", True, 0.3, 0.0)]  # 0.0: a row stored before None meant "no model call"
-    summary = eval_answers.summarise(rows)
-    assert summary["evidence@3"] == "2/3 (0.67)"  # the row with evidence None is not judged
-    assert summary["evidence_shown_when_refused"] == "1/2 (0.50)"
-    assert summary["median_evidence_seconds"] == 0.5 and summary["median_first_token_seconds"] == 4.0
-    assert eval_answers.summarise([{**r, "evidence": None} for r in rows[:1]])["evidence@3"] == "0/0"  # old rows: no figure
+def test_perturbations_add_instructions_abbreviate_names_and_reword_years():
+    rng = random.Random(1)
+    question = "What did Costco Wholesale Corporation earn in 2021?"
+    after = perturb(question, "instruction-after", rng)
+    assert after.startswith(question) and len(after) > len(question) + 10
+    assert perturb(question, "instruction-before", rng).endswith(question)
+    assert abbreviate_names(question, random.Random(0)) in ("What did CW earn in 2021?", "What did Costco earn in 2021?")
+    assert abbreviate_names("How many cars are there?", rng) == "How many cars are there?"  # nothing to shorten
+    assert reword_years("Revenue in 2019 and FY2020?", random.Random(3)) in {
+        f"Revenue in {a} and {b}?" for a in ("FY2019", "fiscal 2019") for b in ("fiscal 2020", "2020")}
 
 
-def test_bench_times_question_to_evidence_lines(store, embedder, three_page_pdf, monkeypatch):
-    ingest.ingest_pdf(three_page_pdf, store, embedder)
-    monkeypatch.setattr(models, "get_embeddings", lambda: embedder)
-    row = bench.time_evidence(store, ["Who kept the lighthouse?", "What did the fleet land?", "When did the railway come?"])
-    assert row["pages"] == 3
-    assert 0 < row["search_p50_ms"] < row["evidence_p50_ms"] <= row["evidence_p90_ms"]
+def test_split_halves_are_disjoint_seeded_and_cover_everything():
+    questions = [{"question": str(i)} for i in range(11)]
+    fit, held_out = split_questions(questions, "fit", 18), split_questions(questions, "held-out", 18)
+    assert len(fit) == 5 and len(held_out) == 6 and not {q["question"] for q in fit} & {q["question"] for q in held_out}
+    assert fit == split_questions(questions, "fit", 18) != split_questions(questions, "fit", 19)
 
 
-def test_the_model_flags_name_one_model_of_a_backend_or_keep_the_list_of_embedded_names(monkeypatch):
-    parser = argparse.ArgumentParser()
-    bench.add_model_flags(parser, ["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
-    monkeypatch.setattr(config, "OPENAI_BASE_URL", "")
+@pytest.mark.slow  # starts another process
+def test_eval_script_runs_end_to_end_and_writes_every_metric(tmp_path):
+    pdfs = tmp_path / "pdfs"
+    pdfs.mkdir()
+    write_text_pdf(pdfs / "facts.pdf", [
+        "The lighthouse keeper of Port Elwin was Margaret Tolland.",
+        "In 1911 the fishing catch reached 3,200 tonnes.",
+        "The railway reached the town in 1889.",
+    ])
+    questions = tmp_path / "questions.jsonl"
+    rows = [
+        {"question": "Who kept the lighthouse?", "doc": "facts.pdf", "pages": [1], "category": "semantic"},
+        {"question": "catch 1911 tonnes", "doc": "facts.pdf", "pages": [2], "category": "keyword-heavy"},
+        {"question": "What is the capital of Peru?", "doc": "facts.pdf", "pages": []},
+    ]
+    questions.write_text("\n".join(json.dumps(r) for r in rows))
+    out = tmp_path / "out.json"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "eval_retrieval.py"), "--questions", str(questions), "--k", "2",
+         "--store", str(tmp_path / "store"), "--json", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = json.loads(out.read_text())
+    for scope in ("doc", "library"):
+        for ablation in ("semantic", "bm25", "hybrid"):
+            metrics = results["ablations"][f"{scope}/{ablation}"]
+            assert set(metrics) >= {"hit@2", "recall@2", "precision@2", "mrr", "n"} and metrics["n"] == 2
+    assert results["ablations"]["doc/hybrid"]["hit@2"] == 1.0
+    assert results["unanswerable"]["doc"]["n"] == 1
+    assert (tmp_path / "out.md").read_text().startswith("# Retrieval evaluation")
 
-    def choose(*flags: str) -> list[str]:
-        return bench.model_choices(parser.parse_args(list(flags)))
+    # reworded questions, in the own document, the library and the library of the same document type
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "eval_retrieval.py"), "--questions", str(questions), "--k", "2", "--perturb",
+         "--scope", "all", "--store", str(tmp_path / "store"), "--json", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    runs = json.loads(out.read_text())["runs"]
+    assert runs["doc/hybrid/instruction-after"]["changed"] == 2 and runs["doc/hybrid/year-wording"]["changed"] == 1
+    assert {"library/bm25/plain", "type/semantic/abbreviated-names"} <= set(runs)
+    assert "| instruction-before |" in proc.stdout
 
-    assert choose() == ["embedded:qwen2.5-coder-0.5b", "embedded:qwen2.5-coder-1.5b"]  # today's default, unchanged
-    assert choose("--models", "qwen2.5-coder-0.5b", "openai:qwen-7b", "ollama:llama3.2:3b") == [
-        "embedded:qwen2.5-coder-0.5b", "openai:qwen-7b", "ollama:llama3.2:3b"]
-    assert choose("--model", "qwen2.5-coder-0.5b") == ["embedded:qwen2.5-coder-0.5b"]  # a bare --model is an embedded one
-    assert choose("--backend", "embedded") == [f"embedded:{config.EMBEDDED_LLM}"]
-    assert choose("--backend", "openai") == ["openai:"]  # the server's first model
-    assert config.OPENAI_BASE_URL == ""
-    assert choose("--backend", "openai", "--model", "qwen-7b", "--base-url", "http://gpu:8080/v1") == ["openai:qwen-7b"]
-    assert config.OPENAI_BASE_URL == "http://gpu:8080/v1"
-
-
-def test_eval_answers_judges_a_model_on_an_openai_compatible_server(tmp_path, embedder, llama_server, monkeypatch, capsys):
-    (tmp_path / "pdfs").mkdir()
-    write_text_pdf(tmp_path / "pdfs" / "facts.pdf", FACT_PAGES)
-    questions = tmp_path / "questions.json"
-    questions.write_text(json.dumps([{"question": "Who was the lighthouse keeper of Port Elwin?", "doc": "facts.pdf", "pages": [1],
-                                      "answer": "Margaret Tolland", "category": "Pure-text (Plain-text)"}]))
-    # main() sets the store and the server's address in config: set here first, so both are put back after the test
-    for name, value in {"CHROMA_PERSIST_DIR": "", "OPENAI_BASE_URL": "", "OPENAI_API_KEY": SERVER_KEY}.items():
-        monkeypatch.setattr(config, name, value)
-    monkeypatch.setattr(config, "setup_logging", lambda *args: None)  # no handlers on the test run's root logger
-    monkeypatch.setattr(models, "get_embeddings", lambda: embedder)
-    out = tmp_path / "rows.jsonl"
-
-    code = eval_answers.main(["--questions", str(questions), "--store", str(tmp_path / "store"), "--out", str(out),
-                              "--answerable", "1", "--unanswerable", "0",
-                              "--backend", "openai", "--model", SERVER_MODEL, "--base-url", llama_server])
-
-    assert code == 0
-    [row] = eval_answers.read_rows(out)
-    label = f"{SERVER_MODEL} on {llama_server}"
-    assert row["model"] == f"openai:{SERVER_MODEL}" and row["model_label"] == label
-    assert row["written_by"] == label and row["answer"] and row["page_hit"]  # the server's model wrote the answer judged
-    printed = capsys.readouterr().out.strip().splitlines()[-1]
-    assert printed.startswith(f"openai:{SERVER_MODEL} ")
-    assert json.loads(printed.partition(" ")[2])["model_label"] == label
+    # another chunking policy is ingested into its own store, beside the default one
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "eval_retrieval.py"), "--questions", str(questions), "--k", "2", "--scope", "doc",
+         "--store", str(tmp_path / "store"), "--chunk-size", "30", "--chunk-overlap", "0", "--json", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    policy_store = ingest.get_client(str(tmp_path / "store-chunks30-0"))
+    default_store = ingest.get_client(str(tmp_path / "store"))
+    [policy_doc] = ingest.list_documents(policy_store)
+    assert policy_doc["chunks"] > ingest.list_documents(default_store)[0]["chunks"]

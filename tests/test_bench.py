@@ -1,0 +1,37 @@
+"""The benchmark script (bench.py): time to evidence, and which chat models it measures (any backend, named the same way)."""
+
+from __future__ import annotations
+
+import argparse
+
+import bench
+import config
+import ingest
+import models
+
+
+def test_bench_times_question_to_evidence_lines(store, embedder, three_page_pdf, monkeypatch):
+    ingest.ingest_pdf(three_page_pdf, store, embedder)
+    monkeypatch.setattr(models, "get_embeddings", lambda: embedder)
+    row = bench.time_evidence(store, ["Who kept the lighthouse?", "What did the fleet land?", "When did the railway come?"])
+    assert row["pages"] == 3
+    assert 0 < row["search_p50_ms"] < row["evidence_p50_ms"] <= row["evidence_p90_ms"]
+
+
+def test_the_model_flags_name_one_model_of_a_backend_or_keep_the_list_of_embedded_names(monkeypatch):
+    parser = argparse.ArgumentParser()
+    bench.add_model_flags(parser, ["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
+    monkeypatch.setattr(config, "OPENAI_BASE_URL", "")
+
+    def choose(*flags: str) -> list[str]:
+        return bench.model_choices(parser.parse_args(list(flags)))
+
+    assert choose() == ["embedded:qwen2.5-coder-0.5b", "embedded:qwen2.5-coder-1.5b"]  # today's default, unchanged
+    assert choose("--models", "qwen2.5-coder-0.5b", "openai:qwen-7b", "ollama:llama3.2:3b") == [
+        "embedded:qwen2.5-coder-0.5b", "openai:qwen-7b", "ollama:llama3.2:3b"]
+    assert choose("--model", "qwen2.5-coder-0.5b") == ["embedded:qwen2.5-coder-0.5b"]  # a bare --model is an embedded one
+    assert choose("--backend", "embedded") == [f"embedded:{config.EMBEDDED_LLM}"]
+    assert choose("--backend", "openai") == ["openai:"]  # the server's first model
+    assert config.OPENAI_BASE_URL == ""
+    assert choose("--backend", "openai", "--model", "qwen-7b", "--base-url", "http://gpu:8080/v1") == ["openai:qwen-7b"]
+    assert config.OPENAI_BASE_URL == "http://gpu:8080/v1"

@@ -1,0 +1,68 @@
+"""Reading text (text_utils.py): words, names, numbers, years, dates, sentences. Pure functions, no models."""
+
+from __future__ import annotations
+
+from text_utils import (acronyms_written, financial_years, initials, is_period_cell, keyword_tokens, months_in, numbers_in,
+                        printed_date, sentence_spans, tokenize, year_of_line, year_style, year_wordings, years_in, years_named)
+
+
+def test_tokenize_lowercases_strips_punctuation_and_stopwords():
+    assert tokenize("The page. Page 3, Zürich!") == ["page", "page", "3", "zürich"]
+    assert tokenize("What is the XK-4471B?") == ["xk", "4471b"]
+
+
+def test_numbered_figures_and_tables_become_distinct_keywords():
+    assert "figure_3" in tokenize("See Fig. 3 below") and "figure_3" in tokenize("Figure 3: results")
+    assert "figure_3" not in tokenize("Table 3") and "table_3" in tokenize("Table 3")
+
+
+def test_a_fiscal_year_is_a_keyword_of_its_four_digits():
+    assert tokenize("FY2020") == ["fy", "2020"] and tokenize("FY20") == ["fy", "2020"]
+
+
+def test_names_initials_and_words_in_capitals_are_acronym_keywords():
+    assert keyword_tokens("the Prosecution Services Staff") == ["prosecution", "services", "staff", "^pss"]
+    assert "^mid" not in keyword_tokens("in mid-2014") and "^mid" in keyword_tokens("MID trends")
+    assert initials("Travelers Insurance Company") == ["ti", "tic"]
+    assert acronyms_written("the SEC and Mid-2014 IT") == {"sec", "it"}
+
+
+def test_numbers_are_read_without_their_thousands_separators():
+    assert numbers_in("3,200 tonnes in 1911 (3.5%).") == {"3200", "1911", "3.5"}
+
+
+def test_months_are_read_whole_or_abbreviated_and_not_inside_other_words():
+    assert months_in("Due 01 June; it may slip to Sept. Marketing") == {"jun", "sep"}
+
+
+def test_years_are_read_however_they_are_written():
+    assert years_named("FY19 against fiscal year 2020 and 2021 (FY2021)") == ["2019", "2020", "2021"]
+    assert year_wordings("capex in FY2019 and 2020", "fiscal") == "capex in fiscal 2019 and fiscal 2020"
+    assert year_wordings("capex in fiscal 2019", "plain") == "capex in 2019"
+
+
+def test_a_year_inside_a_larger_number_is_no_year():
+    assert years_in("fiscal 2022 (2,011 in FY2021; $2019 and 12019)") == {"2022", "2021"}
+
+
+def test_a_financial_year_is_a_span_of_one_year():
+    assert financial_years("between 2002 to 2003; rows 2003-04 and 1999-00; 2001-2005") == {"2002-03", "2003-04", "1999-00"}
+
+
+def test_how_a_document_writes_its_years_needs_three_uses():
+    assert year_style("In FY2021, FY2020 and FY2019 sales rose") == "fy" and year_style("In 2021 sales rose") == "plain"
+
+
+def test_a_line_or_cell_that_names_a_period():
+    assert year_of_line("Fiscal 2022") == "2022" and year_of_line("2022 sales") is None
+    assert is_period_cell("December 31, 2018") and is_period_cell("Q4 2022") and not is_period_cell("1,577")
+
+
+def test_a_date_is_found_as_the_page_prints_it():
+    assert printed_date("2015", "03", "24", "Date of incident: 24th of March2015") == "24th of March2015"
+    assert printed_date("2021", "02", "08", "Montréal, February 8, 2021") == "February 8, 2021"
+    assert printed_date("2021", "02", "09", "Montréal, February 8, 2021") is None
+
+
+def test_sentences_and_lines_are_spans_of_the_text():
+    assert sentence_spans("One. Two!\nThree") == [(0, 4), (5, 9), (10, 15)]

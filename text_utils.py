@@ -1,0 +1,255 @@
+"""Reading text: words, names, numbers, years, dates and sentences, each pattern written once.
+
+Every module that reads a page, a question or an answer uses these helpers, so one
+question is split into words the same way by the retriever, the evidence lines, the
+context picker and the citation checker. Nothing here imports a model or the store:
+it is plain ``re`` (and ``config`` for the stopword list).
+
+    text -> tokenize()             keyword-search words: lower-cased, stopwords out,
+                                   "FY19" -> "fy 2019", "Fig. 3" -> also "figure_3"
+         -> keyword_tokens()       + "^pss" for each name's initials and word in capitals
+         -> names_with_initials()  "Pew Research Center" -> ("prc", ...)
+         -> numbers_in()           "3,200" -> "3200"
+         -> years_named()          "FY19", "fiscal year 2019", "2019" -> "2019"
+         -> years_in() / financial_years() / year_style() / is_period_cell()
+         -> months_in() / printed_date()
+         -> sentence_spans()       (start, end) of each sentence or line
+
+Years are built from one fragment (``YEAR``: 1900-2099), so "what counts as a year" is
+decided in one place; the patterns below differ only in where a year may stand.
+"""
+
+from __future__ import annotations
+
+import re
+
+import config
+
+# -----------------------------------------------------------------------------
+# Years: one fragment, the places it may stand
+
+YEAR = r"(?:19|20)\d\d"
+_FY = r"FY\s?'?"  # "FY2019", "FY 2019", "FY'19"
+
+YEAR_TOKEN = re.compile(rf"^{YEAR}$")  # a figure that is a year: "2019"
+# A year standing in text, not inside a larger number ("2,011", "12019") or an amount ("$2019")
+_YEAR_IN_TEXT = re.compile(rf"(?<![\d,.$]){YEAR}(?![\d]|[,.]\d)")
+# A span of years: "2003-04", "2002 to 2003", "2001-2005"
+YEAR_SPAN = re.compile(rf"\b({YEAR})\s*(?:-|–|/|\bto\b|\band\b)\s*((?:19|20)?\d\d)\b")
+# A year however a question or filing writes it: "FY2019", "FY 19", "fiscal 2019", "fiscal year 2019", "2019"
+_YEAR_WORDED = re.compile(rf"\b(?:{_FY}(?P<short>\d{{2}})\b|(?:FY\s?|fiscal\s+(?:year\s+)?)?(?P<year>{YEAR})\b)", re.IGNORECASE)
+_FY_YEAR = re.compile(rf"\b{_FY}({YEAR}|\d\d)\b", re.IGNORECASE)  # "FY19", "FY2019": the year a keyword search matches
+_FY_STYLE = re.compile(rf"\b{_FY}\d{{2,4}}\b")
+_FISCAL_STYLE = re.compile(rf"\bfiscal\s+(?:year\s+)?{YEAR}\b", re.IGNORECASE)
+# A line or cell that is only a year: "2018", "fiscal 2018", "FY2018" (a statement's column head)
+_YEAR_LINE = re.compile(rf"^(?:fiscal |fy\s?)?({YEAR})$", re.IGNORECASE)
+# A column head that is a period: "2018", "FY2023", "Fiscal 2022", "December 31, 2018", "Q4 2022"
+_PERIOD_CELL = re.compile(rf"^(?:(?:fiscal|fy|q[1-4])\s?|[A-Za-z]{{3,9}}\.?\s+(?:\d{{1,2}},?\s+)?)?{YEAR}$", re.IGNORECASE)
+
+
+def years_named(text: str) -> list[str]:
+    """Four-digit years however they are written: years_named("FY19 vs fiscal year 2020") -> ["2019", "2020"]"""
+    years = []
+    for match in _YEAR_WORDED.finditer(text):
+        year = match.group("year") or f"20{match.group('short')}"
+        if year not in years:
+            years.append(year)
+    return years
+
+
+def year_wordings(text: str, style: str) -> str:
+    """Every year in ``text`` written one way: "plain" 2019, "fy" FY2019 or "fiscal" fiscal 2019.
+
+    year_wordings("Capex in FY2019?", "plain") -> "Capex in 2019?"
+    """
+    def reword(match: re.Match) -> str:
+        year = match.group("year") or f"20{match.group('short')}"
+        return {"plain": year, "fy": f"FY{year}", "fiscal": f"fiscal {year}"}[style]
+
+    return _YEAR_WORDED.sub(reword, text)
+
+
+def year_style(text: str) -> str:
+    """year_style("Net sales rose in FY2021 and FY2020 ... FY19") -> "fy" (a style needs 3 uses, else "plain")"""
+    counts = {"fy": len(_FY_STYLE.findall(text)), "fiscal": len(_FISCAL_STYLE.findall(text))}
+    style = max(counts, key=counts.get)
+    return style if counts[style] >= 3 else "plain"
+
+
+def years_in(text: str) -> set[str]:
+    """Years standing in text, not parts of larger numbers: years_in("fiscal 2022 (2,011 in FY2021)") -> {"2022", "2021"}"""
+    return set(_YEAR_IN_TEXT.findall(text))
+
+
+def financial_years(text: str) -> set[str]:
+    """Spans of one year, the way a financial year is written ("2003-04" runs April 2003 to March 2004).
+
+    financial_years("between 2002 to 2003; rows 2003-04 and 1999-00; 2001-2005") -> {"2002-03", "2003-04", "1999-00"}
+    """
+    return {f"{start}-{end[-2:]}" for start, end in YEAR_SPAN.findall(text) if int(end[-2:]) == (int(start) + 1) % 100}
+
+
+def year_of_line(line: str) -> str | None:
+    """The year of a line that is only a year: year_of_line("Fiscal 2022") -> "2022"; year_of_line("2022 sales") -> None"""
+    match = _YEAR_LINE.match(line)
+    return match.group(1) if match else None
+
+
+def is_period_cell(cell: str) -> bool:
+    """A table cell naming a period: is_period_cell("December 31, 2018") -> True; is_period_cell("1,577") -> False"""
+    return bool(_PERIOD_CELL.match(cell))
+
+
+# -----------------------------------------------------------------------------
+# Numbers
+
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+# A line of figures only, as a table cell printed one per line: "$", "59,268", "(310)", "15.6%", "—"
+FIGURES_LINE = re.compile(r"^[\s$€£¥%()\-–—.,*\d\xa0]+$")
+# One cell of figures as the text layer prints it: "(1,577)", "$ 5,363", "12.5 %", "—"
+FIGURE_CELL = re.compile(r"^\$?\s*(\(?-?[\d,]+(?:\.\d+)?\)?|—|-)\s*\$?\s*%?$")
+
+
+def numbers_in(text: str) -> set[str]:
+    """Numbers without their thousands separators: numbers_in("3,200 tonnes in 1911 (3.5%)") -> {"3200", "1911", "3.5"}"""
+    return {n.replace(",", "").rstrip(".") for n in _NUMBER.findall(text)}
+
+
+# -----------------------------------------------------------------------------
+# Dates: months, and a day as pages print it
+
+MONTH_NAMES = "January February March April May June July August September October November December".split()
+# Month names as names, for capitalised text ("Oct. 24, 2016" names no document)
+MONTHS = "|".join(MONTH_NAMES) + "|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sept?|Oct|Nov|Dec"
+_MONTH = re.compile(
+    r"\b(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sept?(?:ember)?|oct(?:ober)?"
+    r"|nov(?:ember)?|dec(?:ember)?)\b",
+    re.IGNORECASE,
+)
+ISO_DATE = re.compile(rf"\b({YEAR})-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])\b")
+
+
+def months_in(text: str) -> set[str]:
+    """months_in("from Sept. to June; it may slip") -> {"sep", "jun"} (lower-case may/march are verbs)"""
+    return {m.lower()[:3] for m in _MONTH.findall(text) if m not in ("may", "march")}
+
+
+def _month(name: str) -> str:
+    return rf"(?P<{name}>jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?"
+
+
+def _day(name: str) -> str:
+    return rf"(?P<{name}>[0-3]?\d)(?:st|nd|rd|th)?"
+
+
+# A date as pages print it, day or month first, with an ordinal and glued text layers alike:
+# "February 8, 2021", "8 Feb. 2021", "24th of March2015"
+_PRINTED_DATE = re.compile(
+    rf"\b(?:{_day('day')}\s*(?:of\s*)?{_month('month')}|{_month('month_first')}\s*{_day('day_after')}),?\s*"
+    rf"(?P<year>{YEAR})(?!\d)", re.I)
+
+
+def printed_date(year: str, month: str, day: str, text: str) -> str | None:
+    """How ``text`` prints the date (ISO parts), if it does: printed_date("2015", "03", "24", "on 24th of March2015") -> "24th of March2015" """
+    for m in _PRINTED_DATE.finditer(text):
+        printed_month = (m["month"] or m["month_first"]).lower()
+        if (m["year"], printed_month, int(m["day"] or m["day_after"])) == (year, MONTH_NAMES[int(month) - 1][:3].lower(), int(day)):
+            return m[0]
+    return None
+
+
+# -----------------------------------------------------------------------------
+# Names: capitalised runs, their initials, words in capitals
+
+# A name: capitalised words in a row, perhaps joined by "of" or "&" ("Bank of America", "Procter & Gamble").
+# Words in capitals only (already acronyms), codes with digits and months are not part of one.
+_NAME_WORD = rf"(?!(?:{MONTHS})\b)[A-Z][a-z][a-z&'-]*\b"
+NAME_RUN = re.compile(rf"\b{_NAME_WORD}(?:[ \t]+(?:of[ \t]+|&[ \t]+)?{_NAME_WORD})+")
+_SUFFIXES = "Inc Incorporated Corporation Corp Company Co Ltd LLC plc Group Holdings".split()
+LEGAL_SUFFIX = re.compile(r",?[ \t]+(?:" + "|".join(_SUFFIXES + [s.upper() for s in _SUFFIXES]) + r")\b\.?(?![-\w])")
+ACRONYM = re.compile(r"\b[A-Z][A-Z0-9&]{1,5}\b")
+
+
+def names_with_initials(text: str) -> list[tuple[str, str]]:
+    """(initials, name) for each name in ``text``, with and without its legal suffix: people say
+    "Costco" of "Costco Wholesale Corporation" but "TIC" of "Travelers Insurance Company".
+
+    names_with_initials("Pew Research Center's data") -> [("prc", "Pew Research Center's")]
+    names_with_initials("Travelers Insurance Company") -> [("ti", "Travelers Insurance"), ("tic", "Travelers Insurance Company")]
+    """
+    pairs = []
+    for run in NAME_RUN.findall(text):
+        short = LEGAL_SUFFIX.sub("", run)
+        forms = ([short] if NAME_RUN.fullmatch(short) else []) + ([run] if short != run else [])
+        pairs += [("".join(w[0] for w in form.split() if w[0].isupper()).lower(), form) for form in forms]
+    return pairs
+
+
+def initials(text: str) -> list[str]:
+    """The initials of each name in ``text``, legal suffixes dropped: initials("Pew Research Center's data") -> ["prc"]"""
+    return [letters for letters, _ in names_with_initials(text)]
+
+
+def acronyms_written(text: str) -> set[str]:
+    """The acronyms ``text`` writes in capitals, lower-cased: acronyms_written("the SEC and Mid-2014 IT") -> {"sec", "it"}
+
+    (Only capitals count: "MID" in a question is not the "mid" of "mid-2014".)
+    """
+    return {m.lower() for m in ACRONYM.findall(text)}
+
+
+# -----------------------------------------------------------------------------
+# Words: what keyword search and word overlap are made of
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+STOPWORDS = frozenset(config.STOPWORDS.split())
+_NUMBERED_THING = re.compile(
+    r"\b(fig(?:ure)?|tab(?:le)?|chart|section|chapter|appendix|step|slide)s?\.?\s*(\d+[a-z]?|[ivx]+)\b", re.IGNORECASE
+)
+_KIND = {"fig": "figure", "tab": "table"}
+
+
+def tokenize(text: str) -> list[str]:
+    """Lower-cased Unicode words without punctuation or stopwords, plus one token per
+    numbered figure/table/section so "Fig. 3" matches "Figure 3" but not "Table 3".
+
+    tokenize("The page. Page 3, Zürich! See Fig. 2") -> ["page", "page", "3", "zürich", "see", "fig", "2", "figure_2"]
+    tokenize("FY19 capex") -> ["fy", "2019", "capex"]   (so "FY2019" matches a page that says "2019")
+    """
+    text = _FY_YEAR.sub(lambda m: f"FY {m.group(1) if len(m.group(1)) == 4 else '20' + m.group(1)}", text)
+    words = [w for w in _WORD.findall(text.lower()) if w not in STOPWORDS]
+    return words + [f"{_KIND.get(kind.lower(), kind.lower())}_{num.lower()}" for kind, num in _NUMBERED_THING.findall(text)]
+
+
+def keyword_tokens(text: str) -> list[str]:
+    """What the keyword index and its queries are made of: ``tokenize`` plus an acronym token
+    ("^pss") for each name's initials and each word written in capitals.
+
+    keyword_tokens("Prosecution Services Staff") -> ["prosecution", "services", "staff", "^pss"]   (so "PSS" matches it)
+
+    Acronyms get their own tokens because capitals mean something words do not: "MID" in a
+    question is "Mobile Internet Demographics", not the "mid" of "mid-2014", and "TO" (Telecom
+    Operators) must survive the stopword "to".
+    """
+    return tokenize(text) + [f"^{letters}" for letters in initials(text) + sorted(acronyms_written(text))]
+
+
+# -----------------------------------------------------------------------------
+# Sentences
+
+_SENTENCE_END = re.compile(r"(?<=[.!?;:])[\"')\]]*\s+|\n\s*")
+
+
+def sentence_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each sentence or line of ``text``, whitespace trimmed.
+
+    sentence_spans("One. Two!\\nThree") -> [(0, 4), (5, 9), (10, 15)]
+    """
+    spans, start = [], 0
+    for match in _SENTENCE_END.finditer(text):
+        if match.start() > start:
+            spans.append((start, match.start()))
+        start = match.end()
+    if start < len(text):
+        spans.append((start, len(text)))
+    return [(s, e) for s, e in spans if text[s:e].strip()]
