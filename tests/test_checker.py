@@ -379,3 +379,89 @@ def test_co_cited_pages_that_do_not_back_a_supported_sentence_are_not_shown(embe
     sources = [_hit("The railway reached the town in 1889.", 3), _hit("Cod and haddock were landed.", 2)]
     [checked] = checker.verify_answer("The railway reached the town in 1889 [1][2].", sources, embedder)
     assert [(c.page, c.verified) for c in checked.citations] == [(3, True)]
+
+
+# -----------------------------------------------------------------------------
+# Each rule on its own, by the principle it states (no model: these are plain functions)
+
+
+def test_rule_a_figure_must_stand_in_its_passage():
+    assert checker.missing_specifics("In 1911 the catch was 4,100 tonnes", "In 1911 the catch was 3,200 tonnes") == {"4100"}
+    assert checker.missing_specifics("In 1911 the catch was 3,200 tonnes", "In 1911 the catch was 3,200 tonnes") == set()
+
+
+def test_rule_a_figure_must_stand_beside_the_thing_it_is_said_of():
+    table = "| | 2023 |\n| Operating income | 412 |\n| Net income | 296 |"
+    assert checker.misplaced_figures("Net income was 412", table) == {"412"}
+    assert checker.misplaced_figures("Net income was 296", table) == set()
+
+
+def test_rule_a_figure_of_a_cell_per_line_table_belongs_to_the_label_above_it():
+    rows = "Long-term debt\n$\n6,692\nTotal liabilities\n$\n9,000"
+    assert checker.under_another_label("Total liabilities were 6,692.", rows)
+    assert not checker.under_another_label("Total liabilities were 9,000.", rows)
+
+
+def test_rule_a_row_adding_two_things_does_not_back_one_of_them():
+    assert checker.names_one_side("TOTAL LIABILITIES AND EQUITY", {"total", "liabilities"})
+    assert not checker.names_one_side("TOTAL LIABILITIES AND EQUITY", {"total", "liabilities", "equity"})
+
+
+def test_rule_a_lookup_is_answered_from_the_row_of_its_key():
+    errors = "88\nBoiler:\nover-temperature\n89\nBoiler:\nheat-up time error"
+    assert checker.beside_another_key("It is Boiler: heat-up time error.", errors, "What is error 88?")
+    assert not checker.beside_another_key("It is Boiler: over-temperature.", errors, "What is error 88?")
+
+
+def test_rule_a_figure_of_one_financial_year_does_not_back_another():
+    assert checker.in_another_financial_year("98", "In 2002-03 the dividend was 98", "2002-03\n12\n2003-04\n98")
+    assert not checker.in_another_financial_year("98", "In 2003-04 the dividend was 98", "2002-03\n12\n2003-04\n98")
+
+
+def test_rule_a_denial_needs_a_passage_that_denies():
+    assert checker.denies_what_passage_does_not("The plant is not in Pune.", "The plant is in Pune.")
+    assert not checker.denies_what_passage_does_not("No, the plant is in Pune.", "The plant is in Pune.")
+
+
+def test_rule_a_quotation_must_stand_in_the_passage_word_for_word():
+    assert checker.quotes_what_passage_does_not('It says "net sales rose sharply in 2023".', "Net sales rose in 2023.")
+    assert not checker.quotes_what_passage_does_not('It says "net sales rose in 2023".', "Net sales rose in 2023.")
+
+
+def test_rule_a_premise_no_document_shares_backs_nothing():
+    sources = [Hit(id="1", collection="c", doc_name="itc_annual_report.pdf", page=3, start=0, end=10,
+                   text="The Company's plant is at Andheri")]
+    assert checker.strangers("Where are the plants of Apple Inc.?", sources) == {"apple", "inc"}
+    assert checker.strangers("Where are the plants of ITC?", sources) == set()
+
+
+def test_rule_the_questions_subject_need_not_be_repeated_but_its_facts_must():
+    assert checker.subject_figures("What does error 288 on page 89 mean in FY2021 Q3?") == {"89", "2021", "3"}
+
+
+def test_rule_a_reference_both_write_names_a_thing_and_is_no_figure():
+    assert checker.shared_references("Figure 6: RAG vs baseline.", "Figure 6: Step-Back + RAG vs Baseline") == {"6"}
+
+
+def test_rule_a_printed_page_number_is_no_figure_of_the_page():
+    assert checker.without_page_number("16\nPEW RESEARCH CENTER\nMale 53", 17) == "PEW RESEARCH CENTER\nMale 53"
+    assert checker.without_page_number("53\nMale 53", 17) == "53\nMale 53"  # too far from the page: a figure
+
+
+def test_rule_a_reformatted_date_is_checked_as_the_page_prints_it():
+    assert checker.spelled_dates("It is dated 2021-02-08.", "Montréal, February 8, 2021") == "It is dated February 8, 2021."
+
+
+def test_rule_a_restated_question_is_backed_by_an_answer_beside_what_was_asked():
+    passage = "Wi-Fi Connect\nTurn it into a hotspot with 4G connectivity"
+    assert checker.answer_beside_question("The car's Wi-Fi Connect uses 4G connectivity.", passage, "What does the car's Wi-Fi Connect use?")
+    assert not checker.answer_beside_question("The car's Wi-Fi Connect uses 5G.", passage, "What does the car's Wi-Fi Connect use?")
+
+
+def test_rule_side_by_side_cannot_vouch_for_a_rank_or_a_count():
+    assert not checker.answer_beside_question("The largest market is India.", "Markets\nIndia\nChina", "What is the largest market?")
+    assert not checker.answer_beside_question("There are 3 markets: India.", "Markets\nIndia 3", "How many markets are there?")
+
+
+def test_rule_an_abbreviation_does_not_end_a_sentence():
+    assert checker.split_sentences("Funds were Rs. 1,039 million [2]. Then it rose.") == ["Funds were Rs. 1,039 million [2].", "Then it rose."]

@@ -1,0 +1,134 @@
+"""Ablate the citation checker's rules, one at a time, on judged answer sets.
+
+    python evaluation/ablate_rules.py --sets fresh821 [dev761 ...] [--rules all]
+
+For each rule of ``RULES`` below (and the whole checker as it is), re-check the stored answers of each
+set with that rule switched off and score the ✓ marks against the set's hand judgments: ✓ precision
+(of the sentence-passage pairs given a ✓, the share a person judged backed) and ✓ recall (of the
+sentences a person judged backed by a passage shown, the share given a ✓ on such a passage). A rule
+earns its place on a set when switching it off lowers precision or recall there.
+
+Data flow: evaluation/citation_answers_<set>.jsonl (the answers, the passages shown) +
+citation_judgments_<set>.jsonl (every pair judged) -> eval_answers.citation_pairs / tick_recall
+under each ablation -> one table row per (rule, set). No LLM is called; the embedder is, once per text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the app's modules live at the repo root
+
+import calc  # noqa: E402
+import checker  # noqa: E402
+import config  # noqa: E402
+import eval_answers  # noqa: E402
+import models  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+log = logging.getLogger(__name__)
+_NEVER = re.compile(r"(?!)")
+
+# Rule -> (module, attribute, what stands in for it when it is switched off). A rule that forbids a ✓
+# is switched off by letting everything through; a rule that allows one (an exemption) by allowing nothing.
+RULES = {
+    # what a passage must hold
+    "specifics": (checker, "missing_specifics", lambda claim, passage, question="": set()),
+    "figure_in_place": (checker, "misplaced_figures", lambda claim, passage, question="": set()),
+    "financial_year_rows": (checker, "_only_in_other_years", lambda figure, asked, rows: False),
+    "cell_per_line_label": (checker, "under_another_label", lambda claim, passage, question="": False),
+    "row_qualifier": (checker, "_lacks_said_qualifier", lambda label, others, said: False),
+    "two_sided_row": (checker, "names_one_side", lambda label_line, said: False),
+    "lookup_key_row": (checker, "beside_another_key", lambda claim, passage, question: False),
+    "denial": (checker, "denies_what_passage_does_not", lambda claim, passage: False),
+    "quotation": (checker, "quotes_what_passage_does_not", lambda claim, passage: False),
+    "premise_names": (checker, "strangers", lambda question, sources: set()),
+    # what need not be on it
+    "subject_exempt": (checker, "subject_figures", lambda question: set()),
+    "shared_references": (checker, "shared_references", lambda claim, passage: set()),
+    "printed_page_number": (checker, "without_page_number", lambda passage, page: passage),
+    "iso_dates_as_printed": (checker, "spelled_dates", lambda claim, passage: claim),
+    "source_words": (checker, "_SOURCE_WORDS", frozenset()),
+    "restated_question": (checker, "answer_beside_question", lambda claim, passage, question: False),
+    "no_side_by_side_for_ranks": (checker, "_NOT_SIDE_BY_SIDE", _NEVER),
+    "page_by_position": (checker, "_PAGE_BY_POSITION", _NEVER),
+    "quoted_terms_on_page": (checker, "_QUOTED_TERM", _NEVER),
+    # how sentences are read
+    "abbreviations": (checker, "_ABBREVIATIONS", set()),
+    "arithmetic_lines_unjudged": (calc, "is_arithmetic_line", lambda line: False),
+    # the two measures themselves (not rules: the thresholds every ✓ rests on)
+    "overlap_measure": (config, "SUPPORT_MIN_OVERLAP", float("inf")),
+    "similarity_measure": (config, "SUPPORT_MIN_SIMILARITY", float("inf")),
+}
+
+
+@contextlib.contextmanager
+def switched_off(*rules: str) -> Iterator[None]:
+    """Within the block, each named rule is replaced by its stand-in (``RULES``); restored after."""
+    saved = [(module, name, getattr(module, name)) for module, name, _ in (RULES[r] for r in rules)]
+    try:
+        for rule in rules:
+            module, name, stand_in = RULES[rule]
+            setattr(module, name, stand_in)
+        yield
+    finally:
+        for module, name, value in saved:
+            setattr(module, name, value)
+
+
+class CachedEmbedder:
+    """The app's embedder with one vector per distinct text: every ablation re-checks the same sentences."""
+
+    def __init__(self, embedder) -> None:
+        self.embedder, self.vectors = embedder, {}
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        new = [t for t in dict.fromkeys(texts) if t not in self.vectors]
+        if new:
+            self.vectors.update(zip(new, self.embedder.embed_documents(new)))
+        return [self.vectors[t] for t in texts]
+
+
+def score(rows: list[dict], labels: dict[str, bool], embedder) -> dict:
+    """✓ precision and recall of today's checker (with whatever is switched off) on one set."""
+    pairs = eval_answers.citation_pairs(rows, embedder)
+    judged_ticks = [p for p in pairs if p["verified"] and eval_answers.pair_key(p) in labels]
+    right = sum(labels[eval_answers.pair_key(p)] for p in judged_ticks)
+    recall = eval_answers.tick_recall(rows, embedder, labels)
+    backed, ticked = recall["backed_sentences"], round((recall["recall_verified"] or 0) * recall["backed_sentences"])
+    return {"precision": f"{right}/{len(judged_ticks)}", "recall": f"{ticked}/{backed}",
+            "p": right / len(judged_ticks) if judged_ticks else None, "r": ticked / backed if backed else None}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sets", nargs="+", required=True, help="set names: citation_answers_<name>.jsonl in evaluation/")
+    parser.add_argument("--rules", nargs="*", help="only these rules (default: every rule of RULES)")
+    parser.add_argument("--out", type=Path, help="write the table as JSON lines here too")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    embedder = CachedEmbedder(models.get_embeddings())
+    sets = {name: (eval_answers.read_rows(HERE / f"citation_answers_{name}.jsonl"),
+                   eval_answers.load_labels(HERE / f"citation_judgments_{name}.jsonl")) for name in args.sets}
+    rules = args.rules or list(RULES)
+    table = []
+    for rule in [None] + rules:
+        with switched_off(*([rule] if rule else [])):
+            for name, (rows, labels) in sets.items():
+                row = {"without": rule or "(none: the checker as it is)", "set": name, **score(rows, labels, embedder)}
+                table.append(row)
+                print(json.dumps(row, ensure_ascii=False), flush=True)
+    if args.out:
+        args.out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in table))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
