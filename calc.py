@@ -30,6 +30,8 @@ import math
 import operator
 import re
 
+from text_utils import FIGURE_IN_FORMULA
+
 CALCULATION_LABEL = "Calculation:"
 WORKED_OUT_LABEL = "Worked out:"
 
@@ -80,7 +82,6 @@ _OPERATOR = re.compile(r"\d\s*[-+*/×÷−–x]\s*[\d($]")
 # The line's lead-in stays on its line: a lead-in that could run over line breaks ([\s]) made every empty
 # line of a reply retry the rest of it (quadratic on a run of blank lines).
 _CALCULATION_LINE = re.compile(r"^(?:[*_#>-]|[^\S\n])*calculation\s*[:：]\s*(?P<expr>.+)$", re.IGNORECASE | re.MULTILINE)
-_FIGURE = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)?|\.\d+")
 # Constants a formula may bring that no page prints: halves for an average, 100 for a percentage,
 # days and months in a year for turnover days.
 _FORMULA_CONSTANTS = {"2", "100", "365", "360", "12", "1000"}
@@ -122,12 +123,12 @@ def _as_python(expression: str) -> str:
     text = expression.replace("×", "*").replace("÷", "/").replace("−", "-").replace("–", "-")
     text = re.sub(r"(?<=[\d)\s])x(?=[\s(\d$])", "*", text)
     text = re.sub(r"[$€£₹%]|\b(?:Rs|USD|INR|EUR)\b\.?", "", text)
-    return _FIGURE.sub(lambda m: m.group(0).replace(",", ""), text)
+    return FIGURE_IN_FORMULA.sub(lambda m: m.group(0).replace(",", ""), text)
 
 
 def operands(expression: str) -> list[str]:
     """operands("(1,200 - 800) / 2") -> ["1200", "800", "2"]"""
-    return [figure.replace(",", "") for figure in _FIGURE.findall(expression)]
+    return [figure.replace(",", "") for figure in FIGURE_IN_FORMULA.findall(expression)]
 
 
 def _figures_in(text: str) -> set[str]:

@@ -111,9 +111,4 @@ REWRITE_USER = "Conversation:\n{history}\n\nLast question: {question}\n\nStandal
 
 NOT_FOUND = "I could not find this in your documents. The closest passages are listed below."
 
-NO_COLOUR = (
-    "None of the passages I found names a colour. I read the text of your PDFs, not their pictures, "
-    "so I cannot tell a colour that only an image shows. The passages I read are listed below."
-)
-
 GREETING_REPLY = "Hello! Ask me anything about your documents and I will answer with page citations."

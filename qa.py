@@ -11,7 +11,6 @@
       -> a financial measure?      worked out from the statement pages' own lines (statements.py), no LLM
       -> context.choose_context()  what of those pages the model reads: their best sentences and rows
       -> number the passages [1]..[k] and fit them in the model's context (lowest-ranked dropped first)
-      -> asks for a colour none of them names?   says it cannot tell from the text, no LLM call
       -> stream the LLM's answer   (an AnswerStream: iterate it for tokens, read .result after)
       -> a bare refusal?           held back; when the best passage is a close match, a second look at
                                    it alone, kept only if the reply quotes a line really on that page
@@ -77,22 +76,6 @@ def is_greeting(question: str) -> bool:
 def personal_data_in(question: str) -> str | None:
     """What kind of personal data the question contains, if any: "an e-mail address"."""
     return next((kind for kind, pattern in _PERSONAL_DATA.items() if pattern.search(question)), None)
-
-
-# "What colour is the car on the cover?": a picture's colour is not in a PDF's text layer, and small models
-# name one anyway ("black"). Asked for a colour that no passage names, the app says it cannot tell.
-_ASKS_FOR_COLOUR = re.compile(r"\b(?:what|which)(?:'s|\s+(?:is|are|was|were))?(?:\s+the)?\s+colou?rs?\b", re.IGNORECASE)
-_COLOUR_WORD = re.compile(
-    r"\b(?:red|green|blue|yellow|black|white|gr[ae]y|orange|purple|pink|brown|violet|cyan|magenta|gold|golden|silver|"
-    r"beige|navy|teal|turquoise|maroon|colou?r(?:ed|s)?)\b",
-    re.IGNORECASE,
-)
-
-
-def colour_not_in_text(question: str, passages: list[Hit]) -> bool:
-    """colour_not_in_text("What color is the train on the cover?", [a page naming no colour]) -> True.
-    "What range does red color represent?" asks for a range, not a colour: False."""
-    return bool(_ASKS_FOR_COLOUR.search(question)) and not any(_COLOUR_WORD.search(hit.text) for hit in passages)
 
 
 def answer_shape(question: str) -> str:
@@ -437,10 +420,6 @@ def ask(
         passages = context.choose_context(query, hits, retriever)
     sources = fit_sources(asked, passages, history, lambda text: models.count_tokens(llm, text), models.context_length(llm), config.LLM_MAX_TOKENS)
     answer.sources = sources
-    if colour_not_in_text(asked, sources):
-        log.info("Asked for a colour that no passage names: answered without the LLM")
-        answer.refused = True
-        return _fixed(answer, prompts.NO_COLOUR)
     stage(f"Reading {len(sources)} passage{'s' if len(sources) != 1 else ''}…")
 
     def model_pieces(shown: list[Hit]) -> Iterator[str]:

@@ -103,7 +103,9 @@ def is_period_cell(cell: str) -> bool:
 # -----------------------------------------------------------------------------
 # Numbers
 
-_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")  # loose: "3,02,16,492" (Indian grouping) and "3.5" alike
+# A figure as a calculation writes it, thousands grouped by three: "1,577.5", ".5" (calc.py reads values with it)
+FIGURE_IN_FORMULA = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)?|\.\d+")
 # A line of figures only, as a table cell printed one per line: "$", "59,268", "(310)", "15.6%", "—"
 FIGURES_LINE = re.compile(r"^[\s$€£¥%()\-–—.,*\d\xa0]+$")
 # One cell of figures as the text layer prints it: "(1,577)", "$ 5,363", "12.5 %", "—"

@@ -395,22 +395,6 @@ def test_a_reply_that_repeats_itself_is_stopped(facts, ollama_chat, monkeypatch)
     assert not qa.runs_away("")  # a stream that has not said anything yet has not looped
 
 
-def test_a_colour_no_passage_names_is_not_guessed(store, embedder, llm, tmp_path):
-    """The text layer holds no picture's colour: asked for one that no passage names, the app says it cannot
-    tell without asking the model (small models answered "black"); when a page names colours, the model is asked."""
-    pdf = write_text_pdf(tmp_path / "brochure.pdf", ["Rail Annual Report 2023. The cover shows our new train crossing the river bridge.",
-                                                     "Liveries. The regional trains are painted red with a grey roof."])
-    ingest.ingest_pdf(pdf, store, embedder)
-    retriever = Retriever(store, embedder)
-    cover_page = [hit for hit in retriever.search("train on the cover") if hit.page == 1]
-    cover = qa.answer_question("What color is the train on the cover?", retriever, llm=llm, passages=cover_page)
-    assert cover.refused and cover.text == prompts.NO_COLOUR and cover.first_token_seconds is None  # no model call
-    assert [h.page for h in cover.sources] == [1]  # what was read is still listed
-    livery = qa.answer_question("What colour are the regional trains?", retriever, llm=llm)
-    assert livery.first_token_seconds is not None and livery.text != prompts.NO_COLOUR  # the model was asked
-    assert not qa.colour_not_in_text("What range does red color represent in the chart?", cover_page)  # asks for a range
-
-
 def test_the_log_never_holds_what_was_asked(facts, llm, caplog):
     """Deleting a conversation must leave its text nowhere on disk, and the log file is on disk."""
     retriever, _ = facts

@@ -710,8 +710,8 @@ def test_a_file_over_max_file_mb_is_deleted_from_disk_the_moment_it_passes_the_l
         yield multipart_head("big.pdf")
         for n in range(1, 23):  # 2.2 MB in all
             yield b"0" * (MB // 10)
-            if n == 5:  # the server is writing it (bytes in the file, not just its name: DiskWatch must see them)
-                wait_for(lambda: any(size for _, size in open_api.upload_files()), timeout=30, what="the file on disk")
+            if n == 5:  # the server is writing it, and the watch has seen its bytes (a loaded CPU may starve the watch)
+                wait_for(lambda: disk.biggest > 0, timeout=30, what="the file on disk, seen by the watch")
             if n == FILE_MB * 10 + 3:  # the server deletes it once past the limit, while it is still coming
                 wait_for(lambda: open_api.upload_files() == [], timeout=30, what="the deletion")
 
