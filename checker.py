@@ -577,7 +577,6 @@ def beside_another_key(claim: str, passage: str, question: str) -> bool:
 
 
 _QUOTE = re.compile(r"[\"“”]([^\"“”]{20,})[\"“”]")
-QUOTE_LEAD = "The page says:"  # the app's words before a line quoted from a page (qa.quoted_answer): no claim of the page's
 
 
 def _squash(text: str) -> str:
@@ -741,7 +740,7 @@ def support_scores(sentence: str, sources: list[Hit], sentence_vec, source_vecs,
     divided by its threshold, so >= 1 means supported; 0 when the sentence has a detail the source
     cannot back (``unbacked_detail``): similar wording is no support for a figure the passage lacks.
     A sentence with a word of ``unknown`` (the question's ``strangers``) is backed by none."""
-    claim = strip_markers(sentence).replace(QUOTE_LEAD, "")
+    claim = strip_markers(sentence)
     words = set(tokenize(claim))
     if unknown & {re.sub(r"['’]s$", "", w.lower()) for w in _WORD.findall(claim)}:
         return [0.0] * len(sources)

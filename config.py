@@ -230,8 +230,6 @@ CONTEXT_WHOLE_PAGE_CHARS = _env("CONTEXT_WHOLE_PAGE_CHARS", 900)  # a page this 
 CONTEXT_BEST_CHUNK_BONUS = _env("CONTEXT_BEST_CHUNK_BONUS", 0.5)  # x the rarest question word, inside the retriever's chunk
 # After a bare refusal, ask once more of the best passage alone when its similarity to the question is at
 # least this (0: never); a refusal with the answer in front of it is the small models' commonest failure.
-RETRY_MIN_SIMILARITY = _env("RETRY_MIN_SIMILARITY", 0.5)
-RETRY_MAX_TOKENS = _env("RETRY_MAX_TOKENS", 160)  # reply budget of that second look (a quoted line and a sentence)
 REFUSE_PERSONAL_DATA = _env("REFUSE_PERSONAL_DATA", False)  # refuse questions with SSNs, cards, e-mails, phones
 
 # -----------------------------------------------------------------------------

@@ -44,7 +44,7 @@ reports it without any LLM, for each page's best chunk and for ``context.choose_
 ``--dev`` samples from the questions the default sample leaves out, to design rules on.
 ``--replay`` re-asks the passages stored with earlier answers (no store, no search) under today's
 prompts, so a change of prompt is compared with the stored answers on the very same text; both sides are
-judged by today's judge, and each stored passage's similarity lets the replay take the second look.
+judged by today's judge.
 """
 
 from __future__ import annotations
@@ -326,7 +326,6 @@ def main(argv: list[str] | None = None) -> int:
                     "evidence_lines": [{"page": h.page, "text": h.text} for h in answer.evidence],
                     "answer": answer.text,
                     "refused": answer.refused,
-                    "second_look": answer.second_look,
                     "correct": is_correct(q, answer.text, answer.refused),
                     "citations": [
                         {"page": c.page, "verified": c.verified, "gold_page": c.collection == col and c.page in q["pages"]}
@@ -342,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
                          "inferred": [c.number for c in s.citations if c.inferred]}
                         for s in answer.sentences
                     ],
-                    # the similarity lets a replay take the second look after a refusal, as the app does
+                    # each passage's retrieval similarity, as the app saw it
                     "sources": [{"n": n, "page": h.page, "gold_page": h.collection == col and h.page in q["pages"], "text": h.text,
                                  "similarity": h.trace.get("semantic_score")}
                                 for n, h in enumerate(answer.sources, 1)],
@@ -447,7 +446,7 @@ def answer_reached_the_model(row: dict) -> bool:
 
 
 def replay_summary(rows: list[dict]) -> dict:
-    """Before (as stored, the second look included) and after, on the same questions."""
+    """Before (as stored) and after, on the same questions."""
     answerable = [r for r in rows if r["answerable"]]
     unanswerable = [r for r in rows if not r["answerable"]]
     count = lambda rs, key: sum(bool(r[key]) for r in rs)  # noqa: E731
@@ -465,8 +464,7 @@ def replay_summary(rows: list[dict]) -> dict:
 def replay(rows_paths: list[Path], questions_path: Path, choices: list[str], only_in_context: bool, out_path: Path) -> int:
     """Re-ask each stored row's passages with today's prompts, judge the new answers and print before and
     after per model (``choices``: choice ids; a row stored under an embedded model's bare name is that model's).
-    A question stored twice is asked once. A refusal gets the second look only where the row
-    kept its passages' retrieval similarity (older rows did not): for those this measures the first reply."""
+    A question stored twice is asked once."""
     config.setup_logging(logging.WARNING)
     bench = {q["question"]: q for q in eval_retrieval.load_questions(questions_path)}
     stored = [row for path in rows_paths for row in read_rows(path)]

@@ -290,7 +290,7 @@ def best_lines(
         hit.id = f"{hit.collection}:{hit.page}:{line.start}"
         hit.score = float(fused[i])
         hit.ocr_boxes = _boxes_within(retriever, hit, line)
-        # the page's search trace stays (its similarity decides the second look); the line's own signals join it
+        # the page's search trace stays; the line's own signals join it
         hit.trace = {**hit.trace, "line_keyword": round(float(keyword[i]), 3), "line_meaning": round(float(meaning[i]), 3),
                      "page_rank": page_rank, "kind": line.kind}
         shown.append(hit)

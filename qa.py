@@ -12,8 +12,8 @@
       -> context.choose_context()  what of those pages the model reads: their best sentences and rows
       -> number the passages [1]..[k] and fit them in the model's context (lowest-ranked dropped first)
       -> stream the LLM's answer   (an AnswerStream: iterate it for tokens, read .result after)
-      -> a bare refusal?           held back; when the best passage is a close match, a second look at
-                                   it alone, kept only if the reply quotes a line really on that page
+      -> a bare refusal?           held back and shown as the plain refusal (what a small model adds
+                                   after one is a guess); the evidence lines then stand as the answer
       -> verify                    parse [n] markers -> (doc, page); check each sentence against the
                                    passage it cites; flag unsupported sentences and numbers that name
                                    no source; attribute unmarked (or wrongly marked) sentences to the
@@ -223,50 +223,6 @@ def runs_away(text: str) -> bool:
     return len(tail) >= 120 and any(tail.endswith(tail[-period:] * max(4, -(-120 // period))) for period in range(8, 151))
 
 
-def retry_on_refusal(sources: list[Hit]) -> bool:
-    """Ask again, of the best passage alone, after a refusal when that passage is a close match to the question."""
-    return config.RETRY_MIN_SIMILARITY > 0 and bool(sources) and sources[0].trace.get("semantic_score", 0.0) >= config.RETRY_MIN_SIMILARITY
-
-
-_QUOTE_LINE = re.compile(r"^\W*quote\W*:\s*(.+?)\s*$", re.I | re.M)
-_ANSWER_LINE = re.compile(r"^\W*answer\W*:\s*(.+?)\s*$", re.I | re.M)
-
-
-def quoted_answer(reply: str, passage: str) -> str | None:
-    """The answer of a "Quote: ... / Answer: ..." reply, followed by its quotation, when the quoted line
-    is in ``passage`` word for word (case, spacing and punctuation aside), or the quoted line alone when
-    the reply stops after it; None for a refusal, a reply of another shape, or a quotation the passage
-    does not hold (the model would be answering from elsewhere).
-
-    quoted_answer("Quote: Special Agent Marc Silski\nAnswer: Marc Silski signed it.", "...\nSpecial Agent Marc Silski\n...")
-      -> 'Marc Silski signed it [1]. The page says: "Special Agent Marc Silski" [1].'
-    """
-    quote, said = _QUOTE_LINE.search(reply), _ANSWER_LINE.search(reply)
-    if not quote or (said and is_refusal(said.group(1))):
-        return None
-    line = quote.group(1).strip(" \"'“”")
-    words = re.findall(r"\w+", line)
-    if len(words) < 2 or not any(w.isalpha() for w in words) or not checker.said_word_for_word(line, passage):
-        return None  # a bare figure or a lone word proves nothing: the line must say what it is about
-    if not said:  # small models often stop after the quotation: the line itself is the answer
-        return f"{line.rstrip('.')} [1]."
-    sentence = strip_markers(said.group(1)).strip().rstrip(".")
-    return f'{sentence} [1]. {checker.QUOTE_LEAD} "{line}" [1].'
-
-
-def second_look(llm: BaseChatModel, question: str, hit: Hit) -> str | None:
-    """After a refusal: the best passage alone, and a reply that must quote the line it answers from
-    (see ``quoted_answer``); None when the model still refuses or its quotation is not in the passage."""
-    messages = [SystemMessage(prompts.RETRY_SYSTEM), HumanMessage(prompts.RETRY_USER.format(source=format_source(1, hit), question=question))]
-    try:
-        reply = models.with_max_tokens(llm, config.RETRY_MAX_TOKENS).invoke(messages).content
-    except Exception as err:  # any transport or server failure
-        raise models.ModelUnavailableError(models.explain_failure(err, llm)) from err
-    answer = quoted_answer(reply, hit.text)
-    log.info("Second look at %s p.%d: %s", hit.doc_name, hit.page, "a quoted answer" if answer else f"nothing usable in {reply[:120]!r}")
-    return answer
-
-
 @dataclass
 class Answer:
     question: str
@@ -278,7 +234,6 @@ class Answer:
     confidence: float | None = None  # supported sentences / sentences that could be judged
     seconds: float = 0.0
     first_token_seconds: float | None = None
-    second_look: str | None = None  # after a refusal with a close passage: "answered" or "refused again"
     evidence: list[Hit] = field(default_factory=list)  # the lines that answer, best first (evidence.py)
     evidence_seconds: float | None = None  # question in, evidence lines ready
     model: str | None = None  # the chat model that wrote the text; None when none did (fixed replies, worked out in code)
@@ -442,8 +397,7 @@ def ask(
             raise models.ModelUnavailableError(models.explain_failure(err, llm)) from err
 
     def pieces() -> Iterator[str]:
-        """The reply as it comes; a bare refusal while the best passage is a close match is held back
-        and that passage alone is looked at again (small models refuse with the answer in front of them)."""
+        """The reply as it comes; a reply that may turn out to be a bare refusal is held back until it is clear."""
         reply, held = model_pieces(sources), ""
         for piece in reply:
             held += piece
@@ -451,14 +405,6 @@ def ask(
                 yield held
                 yield from reply
                 return
-        if is_refusal(held) and retry_on_refusal(sources):
-            log.info("Refusal with a close passage (similarity %.3f): a second look at it alone", sources[0].trace["semantic_score"])
-            stage("Looking again at the closest passage…")
-            if quoted := second_look(llm, asked, sources[0]):
-                answer.sources, answer.second_look = sources[:1], "answered"
-                yield quoted
-                return
-            answer.second_look = "refused again"
         # What follows "The documents do not say." is not an answer: the 1.5B model goes on to guess
         # (a calculation with figures it just said it could not find).
         yield prompts.REFUSAL if is_refusal(held) else held

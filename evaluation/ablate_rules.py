@@ -8,8 +8,8 @@ set with that rule switched off and score the ✓ marks against the set's hand j
 sentences a person judged backed by a passage shown, the share given a ✓ on such a passage). A rule
 earns its place on a set when switching it off lowers precision or recall there.
 
-Data flow: evaluation/citation_answers_<set>.jsonl (the answers, the passages shown) +
-citation_judgments_<set>.jsonl (every pair judged) -> eval_answers.citation_pairs / tick_recall
+Data flow: evaluation/citation_answers_<set>.jsonl (the answers, the passages shown) + every
+citation_judgments_*.jsonl (a pair is judged once, in the first set that showed it) -> eval_answers.citation_pairs / tick_recall
 under each ablation -> one table row per (rule, set). No LLM is called; the embedder is, once per text.
 """
 
@@ -69,6 +69,11 @@ RULES = {
 }
 
 
+# The rules that withhold a ✓ (the rest let one through where overlap alone would not, or read the text)
+FORBIDDING = ["specifics", "figure_in_place", "financial_year_rows", "cell_per_line_label", "row_qualifier", "two_sided_row",
+              "lookup_key_row", "denial", "quotation", "premise_names", "no_side_by_side_for_ranks", "quoted_terms_on_page"]
+
+
 @contextlib.contextmanager
 def switched_off(*rules: str) -> Iterator[None]:
     """Within the block, each named rule is replaced by its stand-in (``RULES``); restored after."""
@@ -115,12 +120,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     embedder = CachedEmbedder(models.get_embeddings())
-    sets = {name: (eval_answers.read_rows(HERE / f"citation_answers_{name}.jsonl"),
-                   eval_answers.load_labels(HERE / f"citation_judgments_{name}.jsonl")) for name in args.sets}
+    # a pair is judged once, in the first set that showed it: every set is scored against all judgments
+    labels = {key: verdict for path in sorted(HERE.glob("citation_judgments*.jsonl")) for key, verdict in eval_answers.load_labels(path).items()}
+    sets = {name: (eval_answers.read_rows(HERE / f"citation_answers_{name}.jsonl"), labels) for name in args.sets}
     rules = args.rules or list(RULES)
     table = []
-    for rule in [None] + rules:
-        with switched_off(*([rule] if rule else [])):
+    forbidding = [rule for rule in rules if rule in FORBIDDING]
+    for rule in [None] + rules + (["every rule that forbids a ✓"] if len(forbidding) > 1 else []):
+        off = forbidding if rule == "every rule that forbids a ✓" else [rule] if rule else []
+        with switched_off(*off):
             for name, (rows, labels) in sets.items():
                 row = {"without": rule or "(none: the checker as it is)", "set": name, **score(rows, labels, embedder)}
                 table.append(row)

@@ -93,8 +93,7 @@ def test_upload_ask_open_a_citation_then_remove_the_document(store, embedder, th
 
 
 def test_a_refused_answer_still_shows_the_lines_that_answer_and_keeps_them(store, embedder, three_page_pdf, small_model, ollama_server, monkeypatch):
-    """The model (a stand-in speaking Ollama's protocol) says the documents do not say, the second look
-    too; the real embedder and store found the line that does: it is shown, kept, replayed, and opens its page."""
+    """The model (a stand-in speaking Ollama's protocol) says the documents do not say; the real embedder and store found the line that does: it is shown, kept, replayed, and opens its page."""
     ingest.ingest_pdf(three_page_pdf, store, embedder)
     monkeypatch.setattr(config, "LLM_BACKEND", "ollama")
     monkeypatch.setattr(config, "EMBED_BACKEND", "embedded")

@@ -314,12 +314,6 @@ def test_a_restated_question_is_backed_by_its_answer_standing_beside_what_was_as
                                               "What is the default weight of the 'loss_cls' loss?")
 
 
-def test_the_apps_words_before_a_quoted_line_are_not_checked_as_a_claim(embedder):
-    slide = _hit("Facebook Metrics\nPage likes, post clicks, video views", 20)
-    [quoted] = checker.verify_answer(f'{checker.QUOTE_LEAD} "Facebook Metrics" [1].', [slide], embedder, "What is the source?")
-    assert quoted.supported
-
-
 def test_a_number_the_question_names_is_a_fact_to_back_not_its_subject(embedder):
     """"error 288" in the question does not let "Heater error" from error 188's row pass; a year or a page reference does."""
     sources = [_hit("Error number | Error description\n188 | Heater error\n189 | Steam boiler: heat-up time error", 89)]

@@ -10,7 +10,6 @@ import config
 import eval_answers
 import models
 import prompts
-import qa
 from conftest import FACT_PAGES, SERVER_KEY, SERVER_MODEL, write_text_pdf
 
 
@@ -106,15 +105,6 @@ def test_replay_re_asks_the_stored_passages_and_compares_with_the_stored_answers
     assert row["question"] == "What is the staff door code?" and row["before_refused"] and not row["before_correct"]
     assert "4711" in row["answer"] and row["correct"] and not row["refused"]
     assert '"correct_answerable": "0 -> 1 of 1"' in capsys.readouterr().out
-
-
-def test_a_replayed_row_keeps_the_similarity_that_decides_the_second_look():
-    import eval_answers
-
-    source = {"n": 1, "page": 1, "gold_page": True, "text": "The staff door code is 4711."}
-    assert qa.retry_on_refusal(eval_answers.rows_hits({"sources": [{**source, "similarity": 0.8}]}))
-    assert not qa.retry_on_refusal(eval_answers.rows_hits({"sources": [{**source, "similarity": 0.2}]}))
-    assert not qa.retry_on_refusal(eval_answers.rows_hits({"sources": [source]}))  # rows stored before it was kept
 
 
 def test_eval_answers_judges_a_model_on_an_openai_compatible_server(tmp_path, embedder, llama_server, monkeypatch, capsys):

