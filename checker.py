@@ -24,7 +24,7 @@ need not be repeated by the passage, but some passage shown must name it; words 
 source ("as stated in the document") need not be on it either; any other number the question
 names ("error 288", the position of "the 2nd objective") must be backed like any figure. A printed
 page number is not a figure the page states, nor is the number of a reference that claim and page
-both write ("Figure 6"); an ISO date is checked as the passage prints it ("24th of March2015"). A lookup ("EPS Code AR01",
+both write ("Figure 6"); an ISO date is checked spelled out ("February 8, 2021"). A lookup ("EPS Code AR01",
 "error 88") is answered from the row of its key: not from a passage that lists only other keys
 of that kind, nor from the line nearest another row's key. A sentence that restates the question
 is backed when what it adds stands on the page beside what was asked (not for a rank, count,
@@ -54,7 +54,7 @@ import numpy as np
 import calc
 import config
 from text_utils import (FIGURES_LINE, ISO_DATE, MONTH_NAMES, NAME_RUN, YEAR_SPAN, YEAR_TOKEN, financial_years, months_in, numbers_in,
-                        printed_date, tokenize, years_in)
+                        tokenize, years_in)
 
 if TYPE_CHECKING:
     from retriever import Hit
@@ -69,7 +69,7 @@ _MARKER = re.compile(rf"\[({_MARKER_GROUP})\]")
 # A sentence end starts where its run of marks starts: tried from inside a run ("....x"), the pattern
 # would re-scan the rest of the run at every mark (quadratic on a long run).
 _SENTENCE_END = re.compile(rf"(?<![.!?])[.!?]+(?:\s*\[{_MARKER_GROUP}\])*(?=\s|$)")
-# A period after these is not the end of a sentence ("Rs. 1,039 million", "Fig. 3", "e.g. this").
+# Rule: an abbreviation's period ends no sentence ("Rs. 1,039 million", "Fig. 3", "e.g. this").
 _ABBREVIATIONS = set(
     "rs mr mrs ms dr prof st no nos vs fig figs eq sec ch vol pp p e.g i.e etc inc ltd co corp approx est "
     "jan feb mar apr jun jul aug sep sept oct nov dec u.s u.k".split()
@@ -165,7 +165,8 @@ _ORDINAL = re.compile(r"\d+(?:st|nd|rd|th)")  # "the 2nd objective": a position 
 
 
 def subject_figures(question: str) -> set[str]:
-    """The question's figures that name its subject, not a fact: years ("FY2023"), references
+    """Rule: the question's subject need not be repeated by a passage, but any other number it names is a fact to back.
+    The question's figures that name its subject, not a fact: years ("FY2023"), references
     ("page 14", "Table 2") and digits inside names ("Q3", "GPT-4o"). Any other number the question
     names ("error 288", the position of "the 2nd objective") is a fact an answer must find backed like any other.
 
@@ -177,7 +178,8 @@ def subject_figures(question: str) -> set[str]:
 
 
 def shared_references(claim: str, passage: str) -> set[str]:
-    """Numbers of the references ("Figure 6", "Table 2", "page 14") that claim and passage both write:
+    """Rule: a reference both write ("Figure 6") names a thing; it is no figure to place.
+    Numbers of the references ("Figure 6", "Table 2", "page 14") that claim and passage both write:
     they name a thing, they are no figure that stands in a row or a sentence.
 
     shared_references("Figure 6: RAG vs baseline.", "Figure 6: Step-Back + RAG vs Baseline predictions") -> {"6"}
@@ -186,7 +188,8 @@ def shared_references(claim: str, passage: str) -> set[str]:
 
 
 def missing_specifics(claim: str, passage: str, question: str = "") -> set[str]:
-    """The numbers, months and names ``claim`` states that ``passage`` does not contain, beyond the
+    """Rule: every number, month and name a sentence states must be in its passage (the question's subject aside).
+    The numbers, months and names ``claim`` states that ``passage`` does not contain, beyond the
     question's subject (its names, years and page references need not be repeated by the passage).
 
     missing_specifics("In June GPT-4o scored 61.5%", "In June GPT-4 scored 61.5%") -> {"gpt-4o"}
@@ -259,7 +262,8 @@ def _label_words(text: str) -> set[str]:
 
 
 def misplaced_figures(claim: str, passage: str, question: str = "") -> set[str]:
-    """The claim's figures the passage holds only in the wrong place: in no sentence or table cell whose
+    """Rule: a figure must stand in its passage beside the thing it is said of, and beside the claim's year.
+    The claim's figures the passage holds only in the wrong place: in no sentence or table cell whose
     words fit the claim's words as well as any other figure's place does (another row), or only beside
     a year other than the claim's (another column or period), or only in rows of other financial years
     (``in_another_financial_year``). The question's subject figures are exempt.
@@ -396,7 +400,8 @@ def _worded_places(places: list[tuple[str, set[str], set[str]]], figure: str, la
 
 
 def in_another_financial_year(figure: str, claim: str, passage: str) -> bool:
-    """Does ``figure`` stand only in rows of financial years other than the claim's? In a table read one
+    """Rule: a figure of one financial year does not back a claim about another.
+    Does ``figure`` stand only in rows of financial years other than the claim's? In a table read one
     cell per line, a row's year ("2003-04") is the nearest such line above its figures.
 
     in_another_financial_year("98", "In 2002-03 the dividend was 98", "2002-03\n12\n2003-04\n98") -> True
@@ -452,7 +457,8 @@ def labelled_values(lines: list[str]) -> list[tuple[str, set[str], set[str]]]:
 
 
 def under_another_label(claim: str, passage: str, question: str = "") -> bool:
-    """Does the claim give a figure from the wrong row of a cell-per-line table? True when one of its
+    """Rule: in a table printed one cell per line, a figure belongs to the label above its run of values.
+    Does the claim give a figure from the wrong row of a cell-per-line table? True when one of its
     figures stands only under row labels that fit the claim (and question) less well than another row's
     label does ("total liabilities were $59,268" read off "Total liabilities and equity" while the
     passage also has a "Total liabilities" row), or when each of its labels lacks a word of the claim
@@ -487,7 +493,8 @@ _AND = re.compile(r"\s(?:and|&)\s", re.I)
 
 
 def names_one_side(label_line: str, said: set[str]) -> bool:
-    """Is ``label_line`` a row that adds two things ("Total liabilities and equity") while ``said``
+    """Rule: a row that adds two things backs neither of them alone.
+    Is ``label_line`` a row that adds two things ("Total liabilities and equity") while ``said``
     (the claim's and question's words) names only the first? Its figure is then a sum, not that thing.
     "Cash and cash equivalents" is not such a pair when "cash" is said: its second side says it too.
 
@@ -501,7 +508,8 @@ def names_one_side(label_line: str, said: set[str]) -> bool:
 
 
 def _lacks_said_qualifier(label: set[str], other_labels: list[set[str]], said: set[str]) -> bool:
-    """Does another row's label hold a word the claim says that this label lacks, and more of the
+    """Rule: a row lacking a word the claim says, where another row has it, is another row.
+    Does another row's label hold a word the claim says that this label lacks, and more of the
     claim's words? "Total liabilities" backs no claim about "total long-term liabilities" when "Other
     long-term liabilities" is a row of the same table: the qualifier points at other rows."""
     return any((said - label) & other and len(said & other) > len(said & label) for other in other_labels)
@@ -554,7 +562,8 @@ def row_keys(lines: list[str]) -> list[tuple[int, str]]:
 
 
 def beside_another_key(claim: str, passage: str, question: str) -> bool:
-    """Does the claim answer a lookup from another row? True when the passage lists codes like the
+    """Rule: a lookup ("error 88", "code AR01") is answered from the row of its key.
+    Does the claim answer a lookup from another row? True when the passage lists codes like the
     question's but not the question's own, or when the line holding the claim's words is nearer
     another row's key than the question's ("Little Rock" beside CO01 when AR01 was asked).
 
@@ -593,24 +602,21 @@ def said_word_for_word(quote: str, passage: str) -> bool:
 
 
 def spelled_dates(claim: str, passage: str) -> str:
-    """``claim`` with each ISO date the passage does not hold as such written as the passage prints it,
-    so "2021-02-08" is checked as February, 8 and 2021 (an answer asked to reformat a date).
+    """Rule: a date written in another format is the same date.
+    ``claim`` with each ISO date the passage does not hold as such spelled out, so "2021-02-08" is
+    checked as February, 8 and 2021 (an answer asked to reformat a date).
 
     spelled_dates("It is dated 2021-02-08.", "Montréal, February 8, 2021") -> "It is dated February 8, 2021."
-    spelled_dates("2015-03-24", "Date of incident: 24th of March2015") -> "24th of March2015"
     """
-    def spell(m: re.Match) -> str:
-        if m[0] in passage:
-            return m[0]
-        return printed_date(m[1], m[2], m[3], passage) or f"{MONTH_NAMES[int(m[2]) - 1]} {int(m[3])}, {m[1]}"
-    return ISO_DATE.sub(spell, claim)
+    return ISO_DATE.sub(lambda m: m[0] if m[0] in passage else f"{MONTH_NAMES[int(m[2]) - 1]} {int(m[3])}, {m[1]}", claim)
 
 
 _LONE_NUMBER = re.compile(r"\W*(?:page\s*)?(\d{1,4})\W*", re.I)
 
 
 def without_page_number(passage: str, page: int) -> str:
-    """``passage`` without a first or last line that is only a printed page number ("16", "- 16 -",
+    """Rule: a printed page number is no figure the page states.
+    ``passage`` without a first or last line that is only a printed page number ("16", "- 16 -",
     "Page 16"; printed numbers run up to 20 behind or ahead of the PDF's own): not a figure the page states.
 
     without_page_number("16\nPEW RESEARCH CENTER\nMale 53", 17) -> "PEW RESEARCH CENTER\nMale 53"
@@ -643,7 +649,7 @@ def unbacked_detail(claim: str, passage: str, question: str, page: int | None = 
 
 
 def denies_what_passage_does_not(claim: str, passage: str) -> bool:
-    """A denial needs a passage that denies: the page's words in a sentence that says "not" are no support
+    """Rule: a denial needs a passage that denies: the page's words in a sentence that says "not" are no support
     (a yes/no answer's leading "No" is its verdict, not a denial).
 
     denies_what_passage_does_not("The plant is not in Pune.", "The plant is in Pune.") -> True
@@ -652,21 +658,23 @@ def denies_what_passage_does_not(claim: str, passage: str) -> bool:
 
 
 def quotes_what_passage_does_not(claim: str, passage: str) -> bool:
-    """A quotation must stand in its passage word for word (case, spacing and punctuation aside).
+    """Rule: a quotation must stand in its passage word for word (case, spacing and punctuation aside).
 
     quotes_what_passage_does_not('It says "net sales rose sharply in 2023".', "Net sales rose in 2023.") -> True
     """
     return any(not said_word_for_word(quote, passage) for quote in _QUOTE.findall(claim))
 
 
+# Rule: standing side by side cannot vouch for a rank, a count or a comparison (nor a colour: what a picture shows).
 _NOT_SIDE_BY_SIDE = re.compile(
     r"\b(?:how many|most|least|top|bottom|more|less|fewer|compared?|differences?|gap|total|sum|average|"
     r"(?:larg|high|low|bigg|small|great|long|short|old|young|new|lat|earli|fast|slow|strong|weak|cheap)est|best|worst|"
     r"first|second|third|fourth|fifth|last|\d+(?:st|nd|rd|th)|colou?rs?)\b", re.I)
 _LINES_ABOVE = 3  # a label stands on a line above its value ("Wi-Fi Connect" / "a hotspot with 4G connectivity")
-# "the first page", "the 2nd slide": where to look, not a rank the answer claims
+# Rule: "the first page", "the 2nd slide" say where to look, not a rank the answer claims
 _PAGE_BY_POSITION = re.compile(r"\b(?:first|second|third|fourth|fifth|last|\d+(?:st|nd|rd|th))\s+(?:page|slide)s?\b", re.I)
-_QUOTED_TERM = re.compile(r"(?<!\w)['‘`\"“]([^'’`\"”]{2,80})['’`\"”](?!\w)")  # "the 'loss_cls' line", not "What's … car's"
+# Rule: a passage without the term the question quotes is about something else ("the 'loss_cls' line", not "What's … car's")
+_QUOTED_TERM = re.compile(r"(?<!\w)['‘`\"“]([^'’`\"”]{2,80})['’`\"”](?!\w)")
 
 
 def _stem(word: str) -> str:
@@ -675,7 +683,8 @@ def _stem(word: str) -> str:
 
 
 def answer_beside_question(claim: str, passage: str, question: str) -> bool:
-    """Is ``claim`` the question restated plus an answer that ``passage`` states beside what was asked?
+    """Rule: a sentence restating the question is backed when what it adds stands on the page beside what was asked.
+    Is ``claim`` the question restated plus an answer that ``passage`` states beside what was asked?
     Small models answer "The email id of Mtre Laurent Nahmiash is lnahmiash@infavocats.com": the
     restated words need not be on the page, but every word the sentence adds must be, on one line or
     just below the lines that hold the question's names and at least half of its words the page has
@@ -711,7 +720,7 @@ def answer_beside_question(claim: str, passage: str, question: str) -> bool:
     return False
 
 
-# Words that point at where a fact stands rather than state it ("as stated in the document", "given
+# Rule: words that point at where a fact stands need not be on it ("as stated in the document", "given
 # under Unit 8 in the table", "the source states this in the following sentence:").
 _SOURCE_WORDS = frozenset(
     "document documents page pages slide slides table tables figure figures source sources passage text "
@@ -719,7 +728,8 @@ _SOURCE_WORDS = frozenset(
 
 
 def strangers(question: str, sources: list[Hit]) -> set[str]:
-    """The words of the question's multi-word names that no source holds (a premise the documents do
+    """Rule: a premise no document shares backs nothing.
+    The words of the question's multi-word names that no source holds (a premise the documents do
     not share: "the plants of Apple Inc." asked of an Indian tobacco company's report). A capitalised
     word alone ("Singaporean students") need not be a name a document prints; short codes ("FY") neither.
     A source's file name counts: a filing names its company in its statements' headings and seldom in

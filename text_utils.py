@@ -12,7 +12,7 @@ it is plain ``re`` (and ``config`` for the stopword list).
          -> numbers_in()           "3,200" -> "3200"
          -> years_named()          "FY19", "fiscal year 2019", "2019" -> "2019"
          -> years_in() / financial_years() / year_style() / is_period_cell()
-         -> months_in() / printed_date()
+         -> months_in()
          -> sentence_spans()       (start, end) of each sentence or line
 
 Years are built from one fragment (``YEAR``: 1900-2099), so "what counts as a year" is
@@ -118,7 +118,7 @@ def numbers_in(text: str) -> set[str]:
 
 
 # -----------------------------------------------------------------------------
-# Dates: months, and a day as pages print it
+# Dates: months, and ISO dates
 
 MONTH_NAMES = "January February March April May June July August September October November December".split()
 # Month names as names, for capitalised text ("Oct. 24, 2016" names no document)
@@ -134,30 +134,6 @@ ISO_DATE = re.compile(rf"\b({YEAR})-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])\b")
 def months_in(text: str) -> set[str]:
     """months_in("from Sept. to June; it may slip") -> {"sep", "jun"} (lower-case may/march are verbs)"""
     return {m.lower()[:3] for m in _MONTH.findall(text) if m not in ("may", "march")}
-
-
-def _month(name: str) -> str:
-    return rf"(?P<{name}>jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?"
-
-
-def _day(name: str) -> str:
-    return rf"(?P<{name}>[0-3]?\d)(?:st|nd|rd|th)?"
-
-
-# A date as pages print it, day or month first, with an ordinal and glued text layers alike:
-# "February 8, 2021", "8 Feb. 2021", "24th of March2015"
-_PRINTED_DATE = re.compile(
-    rf"\b(?:{_day('day')}\s*(?:of\s*)?{_month('month')}|{_month('month_first')}\s*{_day('day_after')}),?\s*"
-    rf"(?P<year>{YEAR})(?!\d)", re.I)
-
-
-def printed_date(year: str, month: str, day: str, text: str) -> str | None:
-    """How ``text`` prints the date (ISO parts), if it does: printed_date("2015", "03", "24", "on 24th of March2015") -> "24th of March2015" """
-    for m in _PRINTED_DATE.finditer(text):
-        printed_month = (m["month"] or m["month_first"]).lower()
-        if (m["year"], printed_month, int(m["day"] or m["day_after"])) == (year, MONTH_NAMES[int(month) - 1][:3].lower(), int(day)):
-            return m[0]
-    return None
 
 
 # -----------------------------------------------------------------------------

@@ -54,7 +54,7 @@ RULES = {
     "subject_exempt": (checker, "subject_figures", lambda question: set()),
     "shared_references": (checker, "shared_references", lambda claim, passage: set()),
     "printed_page_number": (checker, "without_page_number", lambda passage, page: passage),
-    "iso_dates_as_printed": (checker, "spelled_dates", lambda claim, passage: claim),
+    "iso_dates": (checker, "spelled_dates", lambda claim, passage: claim),
     "source_words": (checker, "_SOURCE_WORDS", frozenset()),
     "restated_question": (checker, "answer_beside_question", lambda claim, passage, question: False),
     "no_side_by_side_for_ranks": (checker, "_NOT_SIDE_BY_SIDE", _NEVER),

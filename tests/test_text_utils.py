@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from text_utils import (acronyms_written, financial_years, initials, is_period_cell, keyword_tokens, months_in, numbers_in,
-                        printed_date, sentence_spans, tokenize, year_of_line, year_style, year_wordings, years_in, years_named)
+                        sentence_spans, tokenize, year_of_line, year_style, year_wordings, years_in, years_named)
 
 
 def test_tokenize_lowercases_strips_punctuation_and_stopwords():
@@ -56,12 +56,6 @@ def test_how_a_document_writes_its_years_needs_three_uses():
 def test_a_line_or_cell_that_names_a_period():
     assert year_of_line("Fiscal 2022") == "2022" and year_of_line("2022 sales") is None
     assert is_period_cell("December 31, 2018") and is_period_cell("Q4 2022") and not is_period_cell("1,577")
-
-
-def test_a_date_is_found_as_the_page_prints_it():
-    assert printed_date("2015", "03", "24", "Date of incident: 24th of March2015") == "24th of March2015"
-    assert printed_date("2021", "02", "08", "Montréal, February 8, 2021") == "February 8, 2021"
-    assert printed_date("2021", "02", "09", "Montréal, February 8, 2021") is None
 
 
 def test_sentences_and_lines_are_spans_of_the_text():
