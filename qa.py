@@ -69,12 +69,14 @@ _PERSONAL_DATA = {
 
 
 def is_greeting(question: str) -> bool:
-    """is_greeting("Hello!") -> True; is_greeting("Hello world program in R?") -> False"""
+    """Rule: a greeting is no question: it is answered without a search.
+    is_greeting("Hello!") -> True; is_greeting("Hello world program in R?") -> False"""
     return bool(_GREETING.match(question))
 
 
 def personal_data_in(question: str) -> str | None:
-    """What kind of personal data the question contains, if any: "an e-mail address"."""
+    """Rule (off by default, REFUSE_PERSONAL_DATA): a question carrying personal data is refused.
+    What kind of personal data the question contains, if any: "an e-mail address"."""
     return next((kind for kind, pattern in _PERSONAL_DATA.items() if pattern.search(question)), None)
 
 
@@ -108,7 +110,8 @@ def question_for_prompt(question: str) -> str:
 
 
 def needs_rewrite(question: str, history: list[tuple[str, str]]) -> bool:
-    """A follow-up that leans on earlier turns: short, or starting "and ...", or with a pronoun."""
+    """Rule: a follow-up that leans on earlier turns is searched as a standalone question.
+    A follow-up that leans on earlier turns: short, or starting "and ...", or with a pronoun."""
     return bool(history) and (len(question.split()) <= 5 or bool(_FOLLOW_UP.search(question)))
 
 
@@ -133,7 +136,8 @@ def rewrite_query(llm: BaseChatModel, question: str, history: list[tuple[str, st
 
 
 def checked_rewrite(query: str, question: str, history: list[tuple[str, str]]) -> str:
-    """``query`` if it adds no month or name that is in neither the conversation nor the question, and
+    """Rule: a rewritten follow-up may add nothing the conversation did not say.
+    ``query`` if it adds no month or name that is in neither the conversation nor the question, and
     no number the user did not write (a number from an earlier answer in a query states that answer),
     and keeps at least one word of the conversation beyond the question itself ("How many winters?"
     for "And for how many winters?" searches nothing new); else the previous question plus this one. A rewrite that states facts is an answer, not a search.
@@ -213,7 +217,8 @@ def could_be_refusal(text: str) -> bool:
 
 
 def runs_away(text: str) -> bool:
-    """Has the reply fallen into a loop? Small models sometimes repeat a fragment until the token budget
+    """Rule: a reply that repeats itself is stopped.
+    Has the reply fallen into a loop? Small models sometimes repeat a fragment until the token budget
     ends ("[6,500] [10.500] [6,500] [10.500] …"), which costs minutes and shows nothing. True when the
     reply ends with one fragment repeated over at least 120 characters (four times at least), or with
     200 characters without a letter."""
@@ -347,6 +352,7 @@ def ask(
         answer.evidence = evidence.best_lines(query, hits, retriever)
         answer.evidence_seconds = time.perf_counter() - t0
         log.info("Evidence: %d lines after %.2fs", len(answer.evidence), answer.evidence_seconds)
+        # Rule: when nothing found is close to the question, say so without asking the model.
         best = max((h.trace.get("semantic_score", 0.0) for h in hits), default=0.0)
         if not hits or best < config.REFUSAL_MIN_SIMILARITY:
             log.info("Refused without the LLM: best similarity %.3f < %.3f", best, config.REFUSAL_MIN_SIMILARITY)

@@ -92,7 +92,8 @@ def sentences(text: str) -> list[str]:
 
 
 def is_instruction(sentence: str) -> bool:
-    """A sentence about the answer's form, or about where to find it (a sentence beside the question that
+    """Rule: a sentence about the answer's form (or where to find it) is an instruction, not a search term.
+    A sentence about the answer's form, or about where to find it (a sentence beside the question that
     names a financial statement), rather than its content; a sentence ending in "?" never is.
 
     is_instruction("Please state answer in USD millions.") -> True; is_instruction("What was the answer rate?") -> False
@@ -102,12 +103,14 @@ def is_instruction(sentence: str) -> bool:
 
 
 def statements_named(text: str) -> list[str]:
-    """statements_named("relying on the consolidated statements of cash flows") -> ["cash flow statement"]"""
+    """Rule: a statement named beside the question is where its answer is printed.
+    statements_named("relying on the consolidated statements of cash flows") -> ["cash flow statement"]"""
     return [name for name, pattern in _STATEMENTS.items() if pattern.search(text)]
 
 
 def statements_measured(text: str) -> list[str]:
-    """The statements a financial measure named in ``text`` is computed from.
+    """Rule: a financial measure is computed from the statements of its textbook definition.
+    The statements a financial measure named in ``text`` is computed from.
 
     statements_measured("What is the FY2021 inventory turnover ratio for Nike?") -> ["income statement", "balance sheet"]
     """

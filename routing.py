@@ -86,7 +86,8 @@ def acronyms_in(text: str) -> set[str]:
 
 
 def row_labels_with_initials(text: str) -> list[tuple[str, str]]:
-    """(initials, label) of each table row label of 2-5 words: a line followed by its figures, one
+    """Rule: analysts abbreviate a table's line items by their initials ("LTD" for "Long-term debt").
+    (initials, label) of each table row label of 2-5 words: a line followed by its figures, one
     cell per line as the text extractor writes statements. Analysts abbreviate line items ("LD" or
     "LTD" for "Long-term debt", "TL" for "Total liabilities") that are no capitalised name.
 
@@ -108,7 +109,8 @@ def row_labels_with_initials(text: str) -> list[tuple[str, str]]:
 
 
 def acronyms_asked(question: str) -> set[str]:
-    """The acronyms a question uses, lower-cased: words in capitals standing on their own (not the
+    """Rule: an acronym is a word in capitals standing on its own, in a question not written in capitals throughout.
+    The acronyms a question uses, lower-cased: words in capitals standing on their own (not the
     "MM" of "YYYY-MM-DD"); none when the question is written in capitals throughout.
 
     acronyms_asked("Which TO grew? Date it YYYY-MM-DD.") -> {"to"};  acronyms_asked("WHAT IS THE AIM?") -> set()
@@ -120,7 +122,8 @@ def acronyms_asked(question: str) -> set[str]:
 
 
 def expansion_here(named: list[tuple[str, float, int]], written: list[float]) -> str | None:
-    """The name an acronym stands for in this question, or None when it stands for itself.
+    """Rule: an acronym means the name spelled out on the page that shares most of the question.
+    The name an acronym stands for in this question, or None when it stands for itself.
 
     ``named``: (name, how much of the question its page shares, how often the library uses the
     name) for each page with a name of these initials; ``written``: how much of the question
@@ -153,7 +156,8 @@ def expand_acronyms(question: str, expansions: dict[str, str]) -> str:
 
 
 def names_in_question(question: str, stopwords: frozenset[str] = frozenset()) -> set[str]:
-    """The words a question writes as names, lower-cased: the first word of each run of
+    """Rule: only what a question writes as a name can name a document.
+    The words a question writes as names, lower-cased: the first word of each run of
     capitalised words. A sentence's first word is capitalised anyway: it opens a name only
     when it is written in capitals or a run goes on after it, and never when it is a stopword.
 
@@ -221,7 +225,8 @@ def document_profile(doc_name: str, first_pages: list[str], all_text: str = "") 
 
 
 def distinctive_words(profiles: dict[str, DocumentProfile]) -> dict[str, float]:
-    """Profile words few documents share, each with its weight log(documents / documents having it)."""
+    """Rule: a word names a document only when few documents have it.
+    Profile words few documents share, each with its weight log(documents / documents having it)."""
     counts: Counter = Counter()
     for profile in profiles.values():
         counts.update(profile.names | profile.acronyms)
@@ -231,7 +236,8 @@ def distinctive_words(profiles: dict[str, DocumentProfile]) -> dict[str, float]:
 
 def route(question_words: set[str], question_years: list[str], profiles: dict[str, DocumentProfile],
           weights: dict[str, float]) -> dict[str, float]:
-    """{collection: score} for the documents the question names, best first; empty when it names none.
+    """Rule: pages of the documents a question names are favoured; no document is dropped.
+    {collection: score} for the documents the question names, best first; empty when it names none.
 
     A document is named by a distinctive word of its profile; a year on its first
     pages only adds to a document already named (years alone name nothing). When the

@@ -73,7 +73,8 @@ _STATEMENT_HEADING = {name: re.compile(rf"^\W*(?:consolidated\s+|combined\s+)?(?
 
 
 def statements_headed(page_text: str) -> list[str]:
-    """The financial statements a page is headed by: a short line that names one.
+    """Rule: a statement's page is headed by its name on a line of its own.
+    The financial statements a page is headed by: a short line that names one.
 
     statements_headed("CONSOLIDATED STATEMENTS OF CASH FLOWS\n(in millions)\n...") -> ["cash flow statement"]
     """
@@ -131,7 +132,8 @@ def line_items(text: str) -> list[tuple[str, list[str]]]:
 
 
 def year_columns(text: str) -> list[str]:
-    """The years heading the page's columns, in order: the lines that are a year alone, before the first figure.
+    """Rule: a statement's columns are headed by lines that are a year alone, before its first figure.
+    The years heading the page's columns, in order: the lines that are a year alone, before the first figure.
 
     year_columns("BALANCE SHEETS\\nAugust 29,\\n2021\\nAugust 30,\\n2020\\nCash\\n$\\n11,258") -> ["2021", "2020"]
     """
@@ -179,7 +181,8 @@ def find_figure(item: str, prior: bool, pages: list[str], year: str | None) -> F
 
 
 def work_out(question: str, pages: list[str]) -> tuple[str, list[int]] | None:
-    """The answer to a measure question worked out from the statement pages, and which pages it cites.
+    """Rule: a textbook measure is worked out in code from the statement's own lines, each figure cited.
+    The answer to a measure question worked out from the statement pages, and which pages it cites.
 
     ``pages`` are whole page texts in retrieval order. Returns the answer text, whose markers [1], [2], …
     number the cited pages in the order of the returned indexes, or None when any figure is missing.
