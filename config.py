@@ -211,10 +211,9 @@ STOPWORDS = _env(
 HISTORY_TURNS = _env("HISTORY_TURNS", 3)  # earlier question/answer pairs shown to the model
 REFUSAL_MIN_SIMILARITY = _env("REFUSAL_MIN_SIMILARITY", 0.15)  # below: "not found", no LLM call (refuses 2.5% of answerable bench questions)
 # A sentence is supported by a passage that holds every number, month and name it states, and
-# either this share of its words or a near-paraphrase embedding. Set from hand-judged citations
+# this share of its words. Set from hand-judged citations
 # (evaluation/citation_judgments.jsonl, `eval_answers.py --recheck`; figures in docs/citations.md).
 SUPPORT_MIN_OVERLAP = _env("SUPPORT_MIN_OVERLAP", 0.8)  # share of a sentence's words found in its passage
-SUPPORT_MIN_SIMILARITY = _env("SUPPORT_MIN_SIMILARITY", 0.85)  # or: cosine of sentence and passage
 SUPPORT_MIN_WORDS = _env("SUPPORT_MIN_WORDS", 3)  # shorter sentences ("Yes.") are not judged
 # Evidence (evidence.py): the lines of the best pages that answer the question, shown before the model speaks.
 EVIDENCE_LINES = _env("EVIDENCE_LINES", 3)  # lines shown under the question

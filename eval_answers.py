@@ -192,12 +192,12 @@ def rows_hits(row: dict) -> list[Hit]:
             for s in row["sources"]]
 
 
-def citation_pairs(rows: list[dict], embedder) -> list[dict]:
+def citation_pairs(rows: list[dict]) -> list[dict]:
     """Every (sentence, cited passage) an answer would show, re-checked with today's settings."""
     pairs = []
     for row in rows:
         hits = rows_hits(row)
-        for sentence in checker.verify_answer(row["answer"], hits, embedder, row["question"]):
+        for sentence in checker.verify_answer(row["answer"], hits, row["question"]):
             for c in sentence.citations:
                 pairs.append({"model": row["model"], "question": row["question"], "sentence": checker.strip_markers(sentence.text),
                               "page": c.page, "inferred": c.inferred, "verified": c.verified,
@@ -205,13 +205,13 @@ def citation_pairs(rows: list[dict], embedder) -> list[dict]:
     return pairs
 
 
-def judging_pairs(rows: list[dict], embedder) -> list[dict]:
+def judging_pairs(rows: list[dict]) -> list[dict]:
     """Every (sentence, passage shown) of each answer, cited or not, for a person to judge: precision
     needs the cited pairs, recall also needs to know which uncited passages back a sentence."""
     pairs = []
     for row in rows:
         hits = rows_hits(row)
-        for sentence in checker.verify_answer(row["answer"], hits, embedder, row["question"]):
+        for sentence in checker.verify_answer(row["answer"], hits, row["question"]):
             if sentence.supported is None:  # nothing to check (a refusal, a heading)
                 continue
             shown = {c.page: c for c in sentence.citations}
@@ -223,13 +223,13 @@ def judging_pairs(rows: list[dict], embedder) -> list[dict]:
     return pairs
 
 
-def tick_recall(rows: list[dict], embedder, labels: dict[str, bool]) -> dict:
+def tick_recall(rows: list[dict], labels: dict[str, bool]) -> dict:
     """Of the sentences a person judged backed by one of the passages shown, the share the checker
     gives a ✓ on such a passage (sentences no judgment covers are left out)."""
     backed = ticked = 0
     for row in rows:
         hits = rows_hits(row)
-        for sentence in checker.verify_answer(row["answer"], hits, embedder, row["question"]):
+        for sentence in checker.verify_answer(row["answer"], hits, row["question"]):
             text = checker.strip_markers(sentence.text)
             good = {h.page for h in hits if labels.get(pair_key({"question": row["question"], "sentence": text, "page": h.page}))}
             if good:
@@ -418,10 +418,9 @@ def recheck(rows_path: Path, labels_path: Path, pairs_out: Path | None, question
     and scored against hand judgments (no LLM is called)."""
     rows = read_rows(rows_path)
     categories = {q["question"]: q["category"] for q in eval_retrieval.load_questions(questions_path)}
-    embedder = models.get_embeddings()
-    pairs = citation_pairs(rows, embedder)
+    pairs = citation_pairs(rows)
     if pairs_out:
-        pairs_out.write_text("".join(json.dumps(p, ensure_ascii=False) + "\n" for p in judging_pairs(rows, embedder)))
+        pairs_out.write_text("".join(json.dumps(p, ensure_ascii=False) + "\n" for p in judging_pairs(rows)))
     labels = load_labels(labels_path)
     for model in sorted({as_choice(r["model"]) for r in rows}):
         mine = [r for r in rows if as_choice(r["model"]) == model]
@@ -430,7 +429,7 @@ def recheck(rows_path: Path, labels_path: Path, pairs_out: Path | None, question
                   "verified_share_now": round(sum(p["verified"] for p in shown) / len(shown), 3) if shown else None,
                   "verified_on_gold_page_now": round(sum(p["gold_page"] for p in shown if p["verified"])
                                                      / max(sum(p["verified"] for p in shown), 1), 3),
-                  **citation_precision(shown, labels), **tick_recall(mine, embedder, labels)}
+                  **citation_precision(shown, labels), **tick_recall(mine, labels)}
         print(model, json.dumps(report, ensure_ascii=False))
     return 0
 

@@ -364,7 +364,7 @@ def ask(
     def finish(text: str) -> Answer:
         stage("Checking the citations…")
         answer.text = text.strip()
-        answer.sentences = verify_answer(answer.text, answer.sources, retriever.embedder, question)
+        answer.sentences = verify_answer(answer.text, answer.sources, question)
         judged = [s for s in answer.sentences if s.supported is not None]
         answer.confidence = round(sum(s.supported for s in judged) / len(judged), 2) if judged else None
         answer.refused = is_refusal(answer.text)

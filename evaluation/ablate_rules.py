@@ -10,7 +10,7 @@ earns its place on a set when switching it off lowers precision or recall there.
 
 Data flow: evaluation/citation_answers_<set>.jsonl (the answers, the passages shown) + every
 citation_judgments_*.jsonl (a pair is judged once, in the first set that showed it) -> eval_answers.citation_pairs / tick_recall
-under each ablation -> one table row per (rule, set). No LLM is called; the embedder is, once per text.
+under each ablation -> one table row per (rule, set). No model is called.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ import calc  # noqa: E402
 import checker  # noqa: E402
 import config  # noqa: E402
 import eval_answers  # noqa: E402
-import models  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 log = logging.getLogger(__name__)
@@ -59,19 +58,17 @@ RULES = {
     "restated_question": (checker, "answer_beside_question", lambda claim, passage, question: False),
     "no_side_by_side_for_ranks": (checker, "_NOT_SIDE_BY_SIDE", _NEVER),
     "page_by_position": (checker, "_PAGE_BY_POSITION", _NEVER),
-    "quoted_terms_on_page": (checker, "_QUOTED_TERM", _NEVER),
     # how sentences are read
     "abbreviations": (checker, "_ABBREVIATIONS", set()),
     "arithmetic_lines_unjudged": (calc, "is_arithmetic_line", lambda line: False),
-    # the two measures themselves (not rules: the thresholds every ✓ rests on)
+    # the measure itself (no rule: the threshold every ✓ rests on)
     "overlap_measure": (config, "SUPPORT_MIN_OVERLAP", float("inf")),
-    "similarity_measure": (config, "SUPPORT_MIN_SIMILARITY", float("inf")),
 }
 
 
 # The rules that withhold a ✓ (the rest let one through where overlap alone would not, or read the text)
 FORBIDDING = ["specifics", "figure_in_place", "financial_year_rows", "cell_per_line_label", "row_qualifier", "two_sided_row",
-              "lookup_key_row", "denial", "quotation", "premise_names", "no_side_by_side_for_ranks", "quoted_terms_on_page"]
+              "lookup_key_row", "denial", "quotation", "premise_names", "no_side_by_side_for_ranks"]
 
 
 @contextlib.contextmanager
@@ -88,25 +85,12 @@ def switched_off(*rules: str) -> Iterator[None]:
             setattr(module, name, value)
 
 
-class CachedEmbedder:
-    """The app's embedder with one vector per distinct text: every ablation re-checks the same sentences."""
-
-    def __init__(self, embedder) -> None:
-        self.embedder, self.vectors = embedder, {}
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        new = [t for t in dict.fromkeys(texts) if t not in self.vectors]
-        if new:
-            self.vectors.update(zip(new, self.embedder.embed_documents(new)))
-        return [self.vectors[t] for t in texts]
-
-
-def score(rows: list[dict], labels: dict[str, bool], embedder) -> dict:
+def score(rows: list[dict], labels: dict[str, bool]) -> dict:
     """✓ precision and recall of today's checker (with whatever is switched off) on one set."""
-    pairs = eval_answers.citation_pairs(rows, embedder)
+    pairs = eval_answers.citation_pairs(rows)
     judged_ticks = [p for p in pairs if p["verified"] and eval_answers.pair_key(p) in labels]
     right = sum(labels[eval_answers.pair_key(p)] for p in judged_ticks)
-    recall = eval_answers.tick_recall(rows, embedder, labels)
+    recall = eval_answers.tick_recall(rows, labels)
     backed, ticked = recall["backed_sentences"], round((recall["recall_verified"] or 0) * recall["backed_sentences"])
     return {"precision": f"{right}/{len(judged_ticks)}", "recall": f"{ticked}/{backed}",
             "p": right / len(judged_ticks) if judged_ticks else None, "r": ticked / backed if backed else None}
@@ -119,7 +103,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="write the table as JSON lines here too")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    embedder = CachedEmbedder(models.get_embeddings())
     # a pair is judged once, in the first set that showed it: every set is scored against all judgments
     labels = {key: verdict for path in sorted(HERE.glob("citation_judgments*.jsonl")) for key, verdict in eval_answers.load_labels(path).items()}
     sets = {name: (eval_answers.read_rows(HERE / f"citation_answers_{name}.jsonl"), labels) for name in args.sets}
@@ -130,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         off = forbidding if rule == "every rule that forbids a ✓" else [rule] if rule else []
         with switched_off(*off):
             for name, (rows, labels) in sets.items():
-                row = {"without": rule or "(none: the checker as it is)", "set": name, **score(rows, labels, embedder)}
+                row = {"without": rule or "(none: the checker as it is)", "set": name, **score(rows, labels)}
                 table.append(row)
                 print(json.dumps(row, ensure_ascii=False), flush=True)
     if args.out:

@@ -1,4 +1,4 @@
-"""The citation checker (checker.py): its string rules, and verify_answer on real passages with the real embedder."""
+"""The citation checker (checker.py): each rule on its own, and verify_answer on real passages (no model: it reads words and figures)."""
 
 from __future__ import annotations
 
@@ -25,20 +25,20 @@ def _hit(text: str, page: int) -> Hit:
     return Hit(id=f"c{page}", collection="pdf_rag_test", doc_name="facts.pdf", page=page, start=0, end=len(text), text=text)
 
 
-def test_fabricated_and_unsupported_citations_are_flagged(embedder):
+def test_fabricated_and_unsupported_citations_are_flagged():
     sources = [_hit("The railway reached the town in 1889.", 3), _hit("Cod and haddock were landed.", 2)]
     checked = checker.verify_answer(
         "The railway reached the town in 1889 [1]. The mayor owned eleven racehorses [2]. Cod was landed [7].",
-        sources, embedder,
+        sources,
     )
     assert checked[0].supported and checked[0].citations[0].page == 3
     assert checked[1].supported is False and not checked[1].citations[0].verified
     assert checked[2].fabricated == [7]
 
 
-def test_a_figure_the_passage_does_not_contain_is_not_supported(embedder):
+def test_a_figure_the_passage_does_not_contain_is_not_supported():
     sources = [_hit("In 1911 the catch reached 3,200 tonnes, a record for the coast.", 2)]
-    checked = checker.verify_answer("In 1911 the catch reached 3,200 tonnes [1]. In 1911 the catch reached 4,100 tonnes [1].", sources, embedder)
+    checked = checker.verify_answer("In 1911 the catch reached 3,200 tonnes [1]. In 1911 the catch reached 4,100 tonnes [1].", sources)
     assert checked[0].supported and checked[1].supported is False
 
 
@@ -46,47 +46,47 @@ def test_a_name_the_passage_does_not_write_is_a_missing_specific():
     assert checker.missing_specifics("In June GPT-4o scored 61.5%", "In June GPT-4 scored 61.5%") == {"gpt-4o"}
 
 
-def test_a_month_the_passage_does_not_name_is_not_supported(embedder):
+def test_a_month_the_passage_does_not_name_is_not_supported():
     sources = [_hit("For students in the Jan intake, the committee is due by 01 Aug of the same year.", 13)]
-    [checked] = checker.verify_answer("Jan intake students must form the committee by 01 June of the same year [1].", sources, embedder)
+    [checked] = checker.verify_answer("Jan intake students must form the committee by 01 June of the same year [1].", sources)
     assert checked.supported is False
 
 
-def test_a_sentence_without_markers_gets_an_inferred_citation(embedder):
+def test_a_sentence_without_markers_gets_an_inferred_citation():
     sources = [_hit("Cod and haddock were landed in the harbour.", 2), _hit("The railway reached the town in 1889.", 3)]
-    checked = checker.verify_answer("The railway reached the town in 1889.", sources, embedder)
+    checked = checker.verify_answer("The railway reached the town in 1889.", sources)
     citation = checked[0].citations[0]
     assert citation.inferred and citation.verified and citation.page == 3
 
 
-def test_a_quotation_must_be_in_the_passage_word_for_word(embedder):
+def test_a_quotation_must_be_in_the_passage_word_for_word():
     sources = [_hit("10. As regards paragraph 19 of the Application, it refers the Court to Exhibits P-1 and P-2.", 2)]
     quoted, misquoted = checker.verify_answer(
         'It says: "As regards paragraph 19 of the Application, it refers the Court to Exhibits P-1 and P-2" [1]. '
         'It says: "As regards paragraph 19 of the Application, it refers the Court to the Judgment" [1].',
-        sources, embedder,
+        sources,
     )
     assert quoted.supported and misquoted.supported is False
     # dashes are punctuation like any other: a title is the same title with "--" for the page's "-"
     assignments = [_hit("Unit 8 Key Assignments:\nCritical Thinking Case Study- Discrimination in\nthe Workplace Continues", 15)]
     [title] = checker.verify_answer('The case study under Unit 8 is "Critical Thinking Case Study-- Discrimination in the '
-                                    'Workplace Continues" [1].', assignments, embedder, "What is the case study under Unit 8?")
+                                    'Workplace Continues" [1].', assignments, "What is the case study under Unit 8?")
     assert title.supported
 
 
-def test_restating_the_question_with_some_number_from_the_page_is_not_verified(embedder):
+def test_restating_the_question_with_some_number_from_the_page_is_not_verified():
     """Page 56 of a manual mentions USB: '56' is on the page, yet says nothing about steps."""
     sources = [_hit("56 User Manual. Data exchange via USB is possible while the USB stick is inserted.", 56)]
     question = "How many steps are there for data exchange via USB?"
-    [checked] = checker.verify_answer("There are 56 steps for data exchange via USB.", sources, embedder, question)
+    [checked] = checker.verify_answer("There are 56 steps for data exchange via USB.", sources, question)
     assert checked.supported is False and not checked.citations
 
 
-def test_a_figure_from_another_row_or_year_of_the_cited_table_is_not_supported(embedder):
+def test_a_figure_from_another_row_or_year_of_the_cited_table_is_not_supported():
     sources = [_hit(INCOME_TABLE, 4)]
     right, other_row, other_year = checker.verify_answer(
         "Net income was $296.0 million in 2023 [1]. Net income was $412.0 million in 2023 [1]. "
-        "Net income was $223.0 million in 2023 [1].", sources, embedder, "What was net income?")
+        "Net income was $223.0 million in 2023 [1].", sources, "What was net income?")
     assert right.supported and right.citations[0].verified
     assert other_row.supported is False and other_year.supported is False
     assert checker.misplaced_figures("Net income was 412", "| | 2023 |\n| Operating income | 412 |\n| Net income | 296 |") == {"412"}
@@ -102,25 +102,23 @@ ERROR_LIST = ("Error number\nError description\nAction instructions\n6\nBrewing 
 MARKETS = "EPS Code\nGeographic Market Name\nColorado Springs and\nSoutheastern Colorado\nCO01\nMetro Denver\nCO02"
 
 
-def test_a_lookup_answered_from_another_row_of_a_cell_per_line_table_is_not_supported(embedder):
+def test_a_lookup_answered_from_another_row_of_a_cell_per_line_table_is_not_supported():
     """The text extractor writes a table one cell per line: the row is found by the question's key
     ("error 88", "EPS Code AR01") and the keys of the rows around it."""
     sources = [_hit(ERROR_LIST, 88)]
     question = "What are the error descriptions corresponding to error number 88?"
     right, next_row, first_row = checker.verify_answer(
         "Error 88 is Boiler: over-temperature [1].\nThe description is Boiler: heat-up time error [1].\n"
-        "The description is Brewing unit lockup current [1].", sources, embedder, question)
+        "The description is Brewing unit lockup current [1].", sources, question)
     assert right.supported and right.citations[0].verified
     assert next_row.supported is False and first_row.supported is False
-    [other_code] = checker.verify_answer("The market name for EPS Code AR01 is Metro Denver [1].", [_hit(MARKETS, 9)],
-                                         embedder, "What's the geographic market name for EPS Code AR01?")
+    [other_code] = checker.verify_answer("The market name for EPS Code AR01 is Metro Denver [1].", [_hit(MARKETS, 9)], "What's the geographic market name for EPS Code AR01?")
     assert other_code.supported is False
-    [own_code] = checker.verify_answer("The market name for EPS Code CO02 is Metro Denver [1].", [_hit(MARKETS, 9)],
-                                       embedder, "What's the geographic market name for EPS Code CO02?")
+    [own_code] = checker.verify_answer("The market name for EPS Code CO02 is Metro Denver [1].", [_hit(MARKETS, 9)], "What's the geographic market name for EPS Code CO02?")
     assert own_code.supported
     table = "| Error number | Error description |\n|---|---|\n| 88 | Boiler: over-temperature |\n| 89 | Boiler: heat-up time error |"
     row_right, row_next = checker.verify_answer("Error 88 is Boiler: over-temperature [1].\nThe description is Boiler: heat-up time error [1].",
-                                                [_hit(table, 88)], embedder, question)
+                                                [_hit(table, 88)], question)
     assert row_right.supported and row_next.supported is False  # a Markdown row's key is its first cell
 
 
@@ -137,14 +135,14 @@ def balance_sheet_text(more_rows: tuple = ()) -> str:
     return extract.read_page(page).text
 
 
-def test_a_figure_under_another_row_label_of_a_cell_per_line_table_is_not_supported(embedder):
+def test_a_figure_under_another_row_label_of_a_cell_per_line_table_is_not_supported():
     """The text extractor writes a table one cell per line, label first: a figure belongs to the label above it."""
     text = balance_sheet_text()
     assert "Total liabilities\n41,190\n" in text  # one cell per line, as the check assumes
     question = "What were Costco's total liabilities in FY2021?"
     wrong_row, right_row, own_label = checker.verify_answer(
         "Total liabilities were $59,268 million in 2021 [1]. Total liabilities were $41,190 million in 2021 [1]. "
-        "Total liabilities and equity were $59,268 million in 2021 [1].", [_hit(text, 38)], embedder, question)
+        "Total liabilities and equity were $59,268 million in 2021 [1].", [_hit(text, 38)], question)
     assert wrong_row.supported is False
     assert right_row.supported and right_row.citations[0].verified
     assert own_label.supported and own_label.citations[0].verified
@@ -155,35 +153,35 @@ def test_a_figure_under_another_row_label_of_a_cell_per_line_table_is_not_suppor
     assert not checker.names_one_side("Cash and cash equivalents", {"cash"})  # its second side says "cash" too
 
 
-def test_a_figure_whose_row_lacks_the_qualifier_the_question_asks_for_is_not_supported(embedder):
+def test_a_figure_whose_row_lacks_the_qualifier_the_question_asks_for_is_not_supported():
     """"Total long-term liabilities" is not the "Total liabilities" row when "Other long-term liabilities" is a row too."""
     text = balance_sheet_text((("Other long-term liabilities", "2,415", "1,935"), ("Total Costco stockholders' equity", "17,564", "18,284")))
     [total] = checker.verify_answer("The total long-term liabilities for Costco in FY 2021 are $41,190 million [1].",
-                                    [_hit(text, 38)], embedder, "What is total long-term liabilities for Costco in FY 2021?")
+                                    [_hit(text, 38)], "What is total long-term liabilities for Costco in FY 2021?")
     assert total.supported is False
     # the company's name, even written in lower case, is the question's subject, not a qualifier of a row
     [plain] = checker.verify_answer("The total liabilities for Costco in FY 2021 are $41,190 million [1].",
-                                    [_hit(text, 38)], embedder, "What is total liabilities for costco in FY 2021?")
+                                    [_hit(text, 38)], "What is total liabilities for costco in FY 2021?")
     assert plain.supported and plain.citations[0].verified
     # a year heads a column; it is no figure of some row ("May 31," / "2021" / "2020" is a row of years)
     dated = balance_sheet_text((("May 31,", "2021", "2020"),))
-    [line] = checker.verify_answer("Total liabilities, 2020: 36,851 [1]", [_hit(dated, 38)], embedder, "What is the debt ratio in FY2021?")
+    [line] = checker.verify_answer("Total liabilities, 2020: 36,851 [1]", [_hit(dated, 38)], "What is the debt ratio in FY2021?")
     assert line.supported and line.citations[0].verified
     # the qualifier is the claim's: a measure's line names its row, whatever words the question's measure has
     assets = balance_sheet_text((("Cash and cash equivalents", "9,889", "8,348"), ("Inventories", "6,854", "7,367")))
-    [stock] = checker.verify_answer("Inventories, 2021: 6,854 [1]", [_hit(assets, 61)], embedder,
+    [stock] = checker.verify_answer("Inventories, 2021: 6,854 [1]", [_hit(assets, 61)],
                                     "What is cash conversion cycle in FY2021 for Nike?")
     assert stock.supported and stock.citations[0].verified
 
 
-def test_a_figure_from_the_row_of_another_financial_year_is_not_supported(embedder):
+def test_a_figure_from_the_row_of_another_financial_year_is_not_supported():
     """Indian annual reports run tables by financial year ("2003-04"); the row's year is the line above its figures."""
     dividends = _hit("Erstwhile ITC Hotels Limited\nFinancial\nDate of Declaration\nTotal Dividend\nUnclaimed Dividend\nDue for\n"
                      "Year\nof Dividend\n(Rs.)\nas on 31/03/2007\ntransfer to IEPF\n2000-01\n17th August, 2001\n3,02,16,492.00\n"
                      "3,04,552.00\n2003-04\n14th July, 2004\n6,04,32,984.00\n6,99,704.00", 13)
     question = "What is total dividend of Erstwhile ITC Hotels Limited (in Rupee) between 2002 to 2003 year?"
-    [other_year] = checker.verify_answer("The total dividend between 2002 to 2003 year is Rs. 6,04,32,984.00 [1].", [dividends], embedder, question)
-    [own_year] = checker.verify_answer("The total dividend in 2003-04 was Rs. 6,04,32,984.00 [1].", [dividends], embedder,
+    [other_year] = checker.verify_answer("The total dividend between 2002 to 2003 year is Rs. 6,04,32,984.00 [1].", [dividends], question)
+    [own_year] = checker.verify_answer("The total dividend in 2003-04 was Rs. 6,04,32,984.00 [1].", [dividends],
                                        "What is total dividend of Erstwhile ITC Hotels Limited in 2003-04?")
     assert other_year.supported is False
     assert own_year.supported and own_year.citations[0].verified
@@ -194,11 +192,11 @@ COUNTRY_SLIDE = ("Country Overview\nPopulation: (July 2013 est.) 251,160,124\nGD
                  "GDP per capita\nSmartphone Penetration")
 
 
-def test_a_figure_the_page_labels_is_judged_by_its_label_not_by_a_bare_repeat_in_a_chart(embedder):
+def test_a_figure_the_page_labels_is_judged_by_its_label_not_by_a_bare_repeat_in_a_chart():
     """A flattened chart repeats "$4,271" among its years; the slide's own line says it is 2014's."""
     question = "How much greater is the GDP per capita for 2012 than 2011?"
-    [wrong_year] = checker.verify_answer("The GDP per capita for 2012 was $4,271 [1].", [_hit(COUNTRY_SLIDE, 3)], embedder, question)
-    [own_year] = checker.verify_answer("The GDP per capita in 2014 was $4,271 [1].", [_hit(COUNTRY_SLIDE, 3)], embedder,
+    [wrong_year] = checker.verify_answer("The GDP per capita for 2012 was $4,271 [1].", [_hit(COUNTRY_SLIDE, 3)], question)
+    [own_year] = checker.verify_answer("The GDP per capita in 2014 was $4,271 [1].", [_hit(COUNTRY_SLIDE, 3)],
                                        "What was the GDP per capita?")
     assert wrong_year.supported is False
     assert own_year.supported and own_year.citations[0].verified
@@ -206,55 +204,55 @@ def test_a_figure_the_page_labels_is_judged_by_its_label_not_by_a_bare_repeat_in
     assert checker.misplaced_figures("GDP per capita in 2012 was $4,071", COUNTRY_SLIDE, question) == set()
 
 
-def test_a_reference_number_the_passage_also_writes_is_no_misplaced_figure(embedder):
+def test_a_reference_number_the_passage_also_writes_is_no_misplaced_figure():
     caption = _hit("Figure 6: Error Analysis of Step-Back Prompting on TimeQA. Left: Step-Back + RAG vs Baseline\n"
                    "predictions. Right: Step-Back RAG vs RAG predictions. Step-Back + RAG is able to fix 39.9%\n"
                    "of the predictions where the baseline prediction is wrong, while causing 5.6% errors.", 12)
-    [title] = checker.verify_answer("Figure 6: Step-Back + RAG vs Baseline predictions [1].", [caption], embedder,
+    [title] = checker.verify_answer("Figure 6: Step-Back + RAG vs Baseline predictions [1].", [caption],
                                     "What is the sum of the baseline wrong percentages?")
-    [other_figure] = checker.verify_answer("Figure 7: Step-Back + RAG vs Baseline predictions [1].", [caption], embedder,
+    [other_figure] = checker.verify_answer("Figure 7: Step-Back + RAG vs Baseline predictions [1].", [caption],
                                            "What is the sum of the baseline wrong percentages?")
     assert title.supported and title.citations[0].verified
     assert other_figure.supported is False
     assert checker.shared_references("Figure 6 and Table 2", "see Fig. 6, Table 3") == {"6"}
 
 
-def test_a_sentence_that_denies_what_the_page_lists_is_not_supported(embedder):
+def test_a_sentence_that_denies_what_the_page_lists_is_not_supported():
     sources = [_hit("LinkedIn Metrics\nFollowers\nImpressions\nPost Reach\nPost Types\nVideo Views", 13)]
     question = "Which metrics are NOT included in LinkedIn Metrics: Post Reach, Post Types, Video Views?"
     denied, listed = checker.verify_answer("Post Reach, Post Types and Video Views are not included in LinkedIn Metrics [1].\n"
-                                           "LinkedIn Metrics include Post Reach, Post Types and Video Views [1].", sources, embedder, question)
+                                           "LinkedIn Metrics include Post Reach, Post Types and Video Views [1].", sources, question)
     assert denied.supported is False and listed.supported
     door = [_hit("Staff notice. The staff door code is 4712. Please keep it private.", 1)]
-    [verdict] = checker.verify_answer("No, the staff door code is 4712 [1].", door, embedder, "Is the staff door code 4711?")
+    [verdict] = checker.verify_answer("No, the staff door code is 4712 [1].", door, "Is the staff door code 4711?")
     assert verdict.supported  # the "No" of a yes/no answer is its verdict, not a denial of the page
 
 
-def test_a_figure_in_another_sentence_of_the_cited_page_is_not_supported(embedder):
+def test_a_figure_in_another_sentence_of_the_cited_page_is_not_supported():
     sources = [_hit("Wages were 11.4% of net sales. Rent was 6.2% of net sales.", 3)]
-    [checked] = checker.verify_answer("Wages were 6.2% of net sales [1].", sources, embedder, "What share of net sales were wages?")
+    [checked] = checker.verify_answer("Wages were 6.2% of net sales [1].", sources, "What share of net sales were wages?")
     assert checked.supported is False
 
 
-def test_the_questions_subject_need_not_be_repeated_by_the_passage(embedder):
+def test_the_questions_subject_need_not_be_repeated_by_the_passage():
     """The filing says "fiscal 2022" where the user said FY2023, and never names the company in the passage."""
     sources = [_hit("Merchandise inventories, net were $1,742.2 million at the end of fiscal 2022, "
                     "compared to $1,499.1 million at the end of fiscal 2021.", 7),
                _hit("Ulta Beauty Announces Fourth Quarter and Fiscal 2022 Results", 1)]  # another passage shown names it
     question = "What were Ulta Beauty's inventories in FY2023?"
-    [checked] = checker.verify_answer("Ulta Beauty's inventories in FY2023 were $1,742.2 million [1].", sources, embedder, question)
+    [checked] = checker.verify_answer("Ulta Beauty's inventories in FY2023 were $1,742.2 million [1].", sources, question)
     assert checked.supported and checked.citations[0].verified and checked.citations[0].page == 7
 
 
-def test_a_sentence_naming_what_no_source_holds_is_not_supported(embedder):
+def test_a_sentence_naming_what_no_source_holds_is_not_supported():
     """The question's subject need not be on the cited page, but some passage shown must name it:
     "the plants of Apple Inc." asked of a tobacco company's report is a premise the documents do not share."""
     plants = _hit("xiv) Plant Locations\nThe Company has two plants: one is located at Andheri (Mumbai) and the other at "
                   "Guldhar (Ghaziabad).", 15)
     cover = _hit("GODFREY PHILLIPS INDIA LIMITED\nAnnual Report 2002-2003", 1)
     answer = "The two plants of {} are located at Andheri (Mumbai) and Guldhar (Ghaziabad) [1]."
-    [foreign] = checker.verify_answer(answer.format("Apple Inc."), [plants, cover], embedder, "Where are the two plants of Apple Inc. located?")
-    [own] = checker.verify_answer(answer.format("Godfrey Phillips"), [plants, cover], embedder,
+    [foreign] = checker.verify_answer(answer.format("Apple Inc."), [plants, cover], "Where are the two plants of Apple Inc. located?")
+    [own] = checker.verify_answer(answer.format("Godfrey Phillips"), [plants, cover],
                                   "Where are the two plants of Godfrey Phillips located?")
     assert foreign.supported is False
     assert own.supported and own.citations[0].page == 15
@@ -264,35 +262,35 @@ def test_a_sentence_naming_what_no_source_holds_is_not_supported(embedder):
     assert checker.strangers("What were Ulta Beauty's net sales?", [filed]) == set()  # the file name names it
 
 
-def test_words_pointing_at_the_source_need_not_be_on_it(embedder):
+def test_words_pointing_at_the_source_need_not_be_on_it():
     """"… of the slide is …", "as stated in the document": words about where a fact stands, not facts of the page."""
     slide = _hit("Medical Informatics and HIT Systems\nDavid Lubliner", 1)
-    [title] = checker.verify_answer('The title of the slide is "Medical Informatics and HIT Systems" [1].', [slide], embedder,
+    [title] = checker.verify_answer('The title of the slide is "Medical Informatics and HIT Systems" [1].', [slide],
                                     "What is the title of the slide?")
-    [wrong] = checker.verify_answer('The title of the slide is "Nursing Informatics and Health Systems" [1].', [slide], embedder,
+    [wrong] = checker.verify_answer('The title of the slide is "Nursing Informatics and Health Systems" [1].', [slide],
                                     "What is the title of the slide?")
     assert title.supported and title.citations[0].verified
     assert wrong.supported is False
     watch = _hit("During a workout\nPress and hold to lock or unlock the screen.\nPress to mute.", 12)
-    [stated] = checker.verify_answer("Press and hold to lock or unlock the screen, as stated in the document [1].", [watch], embedder,
+    [stated] = checker.verify_answer("Press and hold to lock or unlock the screen, as stated in the document [1].", [watch],
                                      "How do I lock the screen during a workout?")
     assert stated.supported and stated.citations[0].verified
 
 
-def test_a_restated_question_is_backed_by_its_answer_standing_beside_what_was_asked(embedder):
+def test_a_restated_question_is_backed_by_its_answer_standing_beside_what_was_asked():
     """Small models restate the question in their own words ("the car's ... uses"); the answer they add
     must be on the page, on the line of (or just below) what was asked about."""
     brochure = _hit("Stay connected\nWi-Fi Connect\nTurn your Toyota into a hotspot with 4G connectivity.\n"
                     "Safety Connect\nRound-the-clock help when the unexpected happens.", 6)
     question = "What technology does the car's Wi-Fi Connect use?"
-    [right] = checker.verify_answer("The car's Wi-Fi Connect uses 4G connectivity [1].", [brochure], embedder, question)
-    [elsewhere] = checker.verify_answer("The car's Safety Connect uses 4G connectivity [1].", [brochure], embedder,
+    [right] = checker.verify_answer("The car's Wi-Fi Connect uses 4G connectivity [1].", [brochure], question)
+    [elsewhere] = checker.verify_answer("The car's Safety Connect uses 4G connectivity [1].", [brochure],
                                         "What technology does the car's Safety Connect use?")
     assert right.supported and right.citations[0].verified
     assert elsewhere.supported is False  # 4G stands beside Wi-Fi Connect, not Safety Connect
-    # side by side vouches for no rank, count or colour, nor for a page without the question's names and quoted terms
+    # side by side vouches for no rank, count or colour, nor for a page without the question's names
     panel = _hit("Operators\nTelkomsel 132 million subscribers\nXL Axiata 60 million subscribers\nIndosat 58 million", 7)
-    [rank] = checker.verify_answer("The second largest operator by subscribers is Indosat [1].", [panel], embedder,
+    [rank] = checker.verify_answer("The second largest operator by subscribers is Indosat [1].", [panel],
                                    "What is the second largest operator by subscribers?")
     assert rank.supported is False
     cover = _hit("Camry XSE\nCelestial Silver Metallic with Midnight Black Metallic roof", 5)
@@ -304,40 +302,37 @@ def test_a_restated_question_is_backed_by_its_answer_standing_beside_what_was_as
         "If I want to use the detector in the paper V3Det, what is the implemented class name in mmdet.models.dense_heads?")
     # a name above its role on a title page; "the first page" says where to look, it asks no rank
     title_page = _hit("Strategic Plan\n2016-2018\nRick Scott\nGOVERNOR\nCeleste Philip, MD\nState Surgeon General", 1)
-    [governor] = checker.verify_answer("The name of the governor is Rick Scott [1].", [title_page], embedder,
+    [governor] = checker.verify_answer("The name of the governor is Rick Scott [1].", [title_page],
                                        "What is the name of the governor as mentioned on the first page?")
     assert governor.supported
     statement = _hit("Total assets\n41,190\nTotal liabilities\n29,268", 40)  # one cell per line: the figure's label is above it
     assert not checker.answer_beside_question("The total liabilities are 41,190.", statement.text, "What are the total liabilities?")
-    settings = _hit("Loss settings\nloss_bbox – weight of the box loss. Default: 1.0", 268)
-    assert not checker.answer_beside_question("The default weight of the 'loss_cls' loss is 1.0.", settings.text,
-                                              "What is the default weight of the 'loss_cls' loss?")
 
 
-def test_a_number_the_question_names_is_a_fact_to_back_not_its_subject(embedder):
+def test_a_number_the_question_names_is_a_fact_to_back_not_its_subject():
     """"error 288" in the question does not let "Heater error" from error 188's row pass; a year or a page reference does."""
     sources = [_hit("Error number | Error description\n188 | Heater error\n189 | Steam boiler: heat-up time error", 89)]
     question = "What are the error descriptions corresponding to error numbers 288 and 388?"
-    [checked] = checker.verify_answer('The description of error number 288 is "Heater error" [1].', sources, embedder, question)
+    [checked] = checker.verify_answer('The description of error number 288 is "Heater error" [1].', sources, question)
     assert checked.supported is False
     assert checker.subject_figures("What does error 288 on page 89 mean in FY2021 Q3?") == {"89", "2021", "3"}
 
 
-def test_a_position_the_question_asks_for_is_a_fact_to_back(embedder):
+def test_a_position_the_question_asks_for_is_a_fact_to_back():
     """A bench answer called a strategy page's goal "the 2nd objective"; the page numbers none of its objectives."""
     page = ("REGULATORY EFFICIENCY\nGOAL: Establish a regulatory structure that supports the state's strategic priorities\n"
             "OBJECTIVES\nIncrease the number of communications products.\nImprove efficiency of processes.")
     question = "WHAT IS THE 2nd OBJECTIVE OF REGULATORY EFFICIENCY?"
     [checked] = checker.verify_answer("The 2nd objective of Regulatory Efficiency is to establish a regulatory structure that "
-                                      "supports the state's strategic priorities [1].", [_hit(page, 5)], embedder, question)
+                                      "supports the state's strategic priorities [1].", [_hit(page, 5)], question)
     assert checked.supported is False
     assert checker.subject_figures(question) == set()
 
 
-def test_a_printed_page_number_is_not_a_figure_the_page_states(embedder):
+def test_a_printed_page_number_is_not_a_figure_the_page_states():
     sources = [_hit("16\nPEW RESEARCH CENTER\nBroadband adoption for older adults\nMale 53\nFemale 43", 17)]
     question = "What is the percentage gap between men and women 65+ with broadband at home?"
-    [checked] = checker.verify_answer("The gap between men and women 65+ with broadband at home is 16% [1].", sources, embedder, question)
+    [checked] = checker.verify_answer("The gap between men and women 65+ with broadband at home is 16% [1].", sources, question)
     assert checked.supported is False
     assert checker.without_page_number("Male 53\nFemale 43", 17) == "Male 53\nFemale 43"  # 43 is no page number of p.17
 
@@ -351,23 +346,23 @@ def test_a_reformatted_date_and_a_currency_are_checked_as_the_passage_writes_the
     assert checker.names_in("The total dividend of ITC (in Rupee) was paid in US Dollars") == {"itc"}  # currencies name nothing
 
 
-def test_the_word_for_word_answer_from_a_short_page_is_verified(embedder):
+def test_the_word_for_word_answer_from_a_short_page_is_verified():
     sources = [_hit("Staff notice. The staff door code is 4711. Please keep it private.", 1)]
-    [checked] = checker.verify_answer("The staff door code is 4711 [1].", sources, embedder, "What is the staff door code?")
+    [checked] = checker.verify_answer("The staff door code is 4711 [1].", sources, "What is the staff door code?")
     assert checked.supported and checked.citations[0].verified
 
 
-def test_a_wrong_marker_stays_flagged_and_the_page_that_backs_the_sentence_is_inferred(embedder):
+def test_a_wrong_marker_stays_flagged_and_the_page_that_backs_the_sentence_is_inferred():
     sources = [_hit("The railway reached the town in 1889.", 3), _hit("Cod and haddock were landed.", 2)]
-    [checked] = checker.verify_answer("The railway reached the town in 1889 [2].", sources, embedder)
+    [checked] = checker.verify_answer("The railway reached the town in 1889 [2].", sources)
     wrong, found = checked.citations
     assert (wrong.page, wrong.verified) == (2, False)
     assert (found.page, found.verified, found.inferred) == (3, True, True) and checked.supported
 
 
-def test_co_cited_pages_that_do_not_back_a_supported_sentence_are_not_shown(embedder):
+def test_co_cited_pages_that_do_not_back_a_supported_sentence_are_not_shown():
     sources = [_hit("The railway reached the town in 1889.", 3), _hit("Cod and haddock were landed.", 2)]
-    [checked] = checker.verify_answer("The railway reached the town in 1889 [1][2].", sources, embedder)
+    [checked] = checker.verify_answer("The railway reached the town in 1889 [1][2].", sources)
     assert [(c.page, c.verified) for c in checked.citations] == [(3, True)]
 
 

@@ -73,19 +73,19 @@ def test_answer_summary_reports_evidence_shown_when_refused_and_median_times():
     assert eval_answers.summarise([{**r, "evidence": None} for r in rows[:1]])["evidence@3"] == "0/0"  # old rows: no figure
 
 
-def test_judging_pairs_put_every_checked_sentence_beside_every_passage_shown(embedder):
+def test_judging_pairs_put_every_checked_sentence_beside_every_passage_shown():
     """Recall needs to know which uncited passages back a sentence, so each is written out for judging."""
     import eval_answers
 
     row = {"model": "m", "question": "When did the railway reach the town?", "answer": "The railway reached the town in 1889 [1].",
            "sources": [{"n": 1, "page": 3, "gold_page": True, "text": "The railway reached the town in 1889."},
                        {"n": 2, "page": 2, "gold_page": False, "text": "Cod and haddock were landed."}]}
-    pairs = eval_answers.judging_pairs([row], embedder)
+    pairs = eval_answers.judging_pairs([row])
     assert [(p["page"], p["cited"], p["verified"], p["gold_page"]) for p in pairs] == [(3, True, True, True), (2, False, False, False)]
     assert {p["sentence"] for p in pairs} == {checker.strip_markers("The railway reached the town in 1889 [1].")}
 
 
-def test_replay_re_asks_the_stored_passages_and_compares_with_the_stored_answers(embedder, llm, tmp_path, monkeypatch, capsys):
+def test_replay_re_asks_the_stored_passages_and_compares_with_the_stored_answers(llm, tmp_path, monkeypatch, capsys):
     import eval_answers
 
     monkeypatch.setattr(models.EmbeddedChatModel, "load", classmethod(lambda cls, name=None: llm))  # the session's model, loaded once
