@@ -57,6 +57,7 @@ RULES = {
     "source_words": (checker, "_SOURCE_WORDS", frozenset()),
     "restated_question": (checker, "answer_beside_question", lambda claim, passage, question: False),
     "no_side_by_side_for_ranks": (checker, "_NOT_SIDE_BY_SIDE", _NEVER),
+    "no_side_by_side_for_colours": (checker, "_NOT_SIDE_BY_SIDE", re.compile(checker._NOT_SIDE_BY_SIDE.pattern.replace("|colou?rs?", ""), re.I)),
     "page_by_position": (checker, "_PAGE_BY_POSITION", _NEVER),
     # how sentences are read
     "abbreviations": (checker, "_ABBREVIATIONS", set()),
