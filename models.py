@@ -839,7 +839,9 @@ def embedder_name(embedder: Embeddings) -> str:
 
     embedder_name(OllamaEmbeddings(model="nomic-embed-text")) -> "ollama:nomic-embed-text"
     """
-    if isinstance(embedder, MiniLMEmbeddings):
+    # by the class's name, not isinstance: Streamlit reloads edited modules, and an embedder cached before
+    # the reload is an instance of the old class object
+    if type(embedder).__name__ == MiniLMEmbeddings.__name__:
         return embedder.name
     return f"ollama:{getattr(embedder, 'model', type(embedder).__name__)}"
 

@@ -126,3 +126,11 @@ def test_forcing_ollama_explains_a_missing_model_and_a_down_server(ollama_server
     monkeypatch.setattr(config, "OLLAMA_BASE_URL", "http://127.0.0.1:9")  # nothing listens there
     with pytest.raises(models.ModelUnavailableError, match="not answering"):
         models.get_embeddings()
+
+
+def test_the_embedder_is_named_by_its_class_even_after_a_module_reload():
+    """Streamlit reloads an edited models.py; an embedder cached before is an instance of the old class
+    object, and must keep its name (else every document would look made by another embedder)."""
+    OldMiniLM = type(models.MiniLMEmbeddings.__name__, (), {"name": config.EMBEDDED_EMBEDDER_NAME})  # the class before a reload
+    assert models.embedder_name(OldMiniLM()) == config.EMBEDDED_EMBEDDER_NAME
+    assert models.embedder_name(type("OllamaEmbeddings", (), {"model": "nomic-embed-text"})()) == "ollama:nomic-embed-text"
