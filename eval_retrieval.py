@@ -8,7 +8,7 @@
 Data flow: questions (JSON list or JSONL: question, doc, pages 1-based, optional
 category, answer, evidence quotes) -> ingest each needed PDF once into an evaluation
 store (cached by content hash) -> for every ablation (semantic only, BM25 only,
-hybrid) and scope (the question's own document, or the whole library) run the
+hybrid) and scope (the question's own document, or the library: every document of the question file) run the
 retriever -> page-level metrics, and for hybrid the evidence lines and evidence@3 ->
 a table on screen, a Markdown report and a JSON file.
 
@@ -379,13 +379,15 @@ def diagnose(retriever: Retriever, q: dict, scope: list[str] | None, gold: set, 
     }
 
 
-def question_scope(q: dict, scope_name: str, collections: dict[str, str], doc_types: dict[str, str]) -> list[str] | None:
-    """The documents searched for ``q``: its own ("doc"), every one ("library"), or those of its type ("type")."""
+def question_scope(q: dict, scope_name: str, collections: dict[str, str], doc_types: dict[str, str]) -> list[str]:
+    """The documents searched for ``q``: its own ("doc"), every document of the question file ("library"), or
+    those of its type ("type"). The library is the benchmark's documents, not whatever else the store holds,
+    so a store shared by several benchmarks gives each its own figure."""
     if scope_name == "doc":
         return [collections[q["doc"]]]
     if scope_name == "type":
         return [col for doc, col in collections.items() if doc_types.get(doc) == doc_types.get(q["doc"])]
-    return None
+    return list(collections.values())
 
 
 def run_ablation(retriever: Retriever, questions: list[dict], collections: dict[str, str], doc_types: dict[str, str],
@@ -479,7 +481,7 @@ def evaluate_perturbed(retriever: Retriever, questions: list[dict], collections:
 def top_similarity_gap(retriever, answerable, unanswerable, collections, scope_name) -> dict:
     """Median best cosine similarity for answerable vs unanswerable questions (refusal threshold input)."""
     def best(q):
-        scope = [collections[q["doc"]]] if scope_name == "doc" else None
+        scope = [collections[q["doc"]]] if scope_name == "doc" else list(collections.values())
         top = retriever.semantic(q["question"], scope, n=1)  # [(page, similarity, chunk id)]
         return top[0][1] if top else 0.0
 
@@ -593,7 +595,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--questions", type=Path, default=DEFAULT_QUESTIONS)
     parser.add_argument("--pdf-dir", type=Path, help="default: pdfs/ beside the questions file")
     parser.add_argument("--scope", choices=list(SCOPES), default="both",
-                        help="doc: own document; library: all; type: all documents of the question's doc_type; "
+                        help="doc: own document; library: every document of the question file; type: all documents of the question's doc_type; "
                              "both: doc + library; all: the three")
     parser.add_argument("--k", type=int, default=config.TOP_K)
     parser.add_argument("--json", type=Path, help="write all results here")
@@ -606,7 +608,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="hit@k of each leg and hybrid for the plain questions and each seeded rewording")
     parser.add_argument("--seed", type=int, default=18, help="seed of --split and --perturb")
     parser.add_argument("--stored-only", action="store_true",
-                        help="ingest nothing: use the documents already complete in --store, leave out questions about others")
+                        help="ingest nothing: use the question file's documents already complete in --store, leave out questions about others")
     parser.add_argument("--chunk-size", type=int, help="compare a chunking policy (own store per policy)")
     parser.add_argument("--chunk-overlap", type=int)
     parser.add_argument("--extractor", choices=EXTRACTORS, help="compare a page-text extractor (own store per extractor)")
@@ -623,8 +625,9 @@ def main(argv: list[str] | None = None) -> int:
     in_split = {id(q) for q in split_questions(all_questions, args.split, args.seed)}  # halves of the whole file
     client, embedder = ingest.get_client(str(args.store)), models.get_embeddings()
     if args.stored_only:
-        collections = {d["doc_name"]: d["collection"] for d in ingest.list_documents(client)}
-        missing = sorted({q["doc"] for q in all_questions} - set(collections))
+        named = {q["doc"] for q in all_questions}
+        collections = {d["doc_name"]: d["collection"] for d in ingest.list_documents(client) if d["doc_name"] in named}
+        missing = sorted(named - set(collections))
         if missing:
             log.warning("Left out: %d questions about %d documents not in the store: %s",
                         sum(q["doc"] in missing for q in all_questions), len(missing), ", ".join(missing))
