@@ -839,9 +839,9 @@ def embedder_name(embedder: Embeddings) -> str:
 
     embedder_name(OllamaEmbeddings(model="nomic-embed-text")) -> "ollama:nomic-embed-text"
     """
-    # by the class's name, not isinstance: Streamlit reloads edited modules, and an embedder cached before
-    # the reload is an instance of the old class object
-    if type(embedder).__name__ == MiniLMEmbeddings.__name__:
+    # by the class names in its ancestry, not isinstance: Streamlit reloads edited modules, and an embedder
+    # cached before the reload is an instance of the old class object
+    if MiniLMEmbeddings.__name__ in (cls.__name__ for cls in type(embedder).__mro__):
         return embedder.name
     return f"ollama:{getattr(embedder, 'model', type(embedder).__name__)}"
 

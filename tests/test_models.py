@@ -134,3 +134,10 @@ def test_the_embedder_is_named_by_its_class_even_after_a_module_reload():
     OldMiniLM = type(models.MiniLMEmbeddings.__name__, (), {"name": config.EMBEDDED_EMBEDDER_NAME})  # the class before a reload
     assert models.embedder_name(OldMiniLM()) == config.EMBEDDED_EMBEDDER_NAME
     assert models.embedder_name(type("OllamaEmbeddings", (), {"model": "nomic-embed-text"})()) == "ollama:nomic-embed-text"
+
+
+def test_a_subclass_of_the_embedded_embedder_keeps_its_own_name():
+    class TestMiniLM(models.MiniLMEmbeddings):
+        name = "minilm-variant"
+
+    assert models.embedder_name(TestMiniLM.__new__(TestMiniLM)) == "minilm-variant"
