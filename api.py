@@ -13,6 +13,7 @@
                                              -> JSON with the evidence lines, or server-sent events:
                                                 the evidence lines, tokens, then one "answer"
     GET /api/documents/{id}/pages/{n}.png    preview.render_page, a passage optionally highlighted
+    GET /api/documents/{id}/outline          outline.document_outline: its sections and their pages
     POST /v1/chat/completions, GET /v1/models    the library as an OpenAI-compatible model (sources
                                                  and evidence lines at the end of the reply); its
                                                  models: API_MODEL_ID (the default) and each choice id
@@ -82,6 +83,7 @@ import evidence
 import extract
 import ingest
 import models
+import outline
 import preview
 import qa
 from checker import Citation
@@ -625,6 +627,7 @@ def document_json(doc: dict, enricher: ingest.BackgroundEnricher | None) -> dict
         "labels": labels,
         "sha256": doc.get("sha256"),
         "embedder": doc.get("embedder"),
+        "language": doc.get("language") or None,
         "created_at": doc.get("created_at"),
     }
 
@@ -977,6 +980,22 @@ def list_documents(lib: Lib) -> dict:
 @app.get("/api/documents/{document_id}", tags=["documents"])
 def get_document(lib: Lib, document_id: str) -> dict:
     return document_json(lib.document(document_id), lib.enricher)
+
+
+@app.get("/api/documents/{document_id}/outline", tags=["documents"])
+def document_outline(lib: Lib, document_id: str) -> dict:
+    """The document's top-level sections with their pages: from the PDF's own outline, else its
+    large-font headings, else the labels the app gave its pages ("source" says which)."""
+    doc = lib.document(document_id)
+    sections = outline.document_outline(ingest.kept_pdf_path(document_id), lib.retriever.page_titles(document_id), doc["pages"])
+    return {
+        "id": document_id,
+        "name": doc["doc_name"],
+        "pages": doc["pages"],
+        "source": sections[0].source if sections else None,
+        "sections": [{"title": s.title, "start": s.start, "end": s.end, "pages": outline.page_range(s)} for s in sections],
+        "labels_done": not ingest.labels_missing(doc),
+    }
 
 
 @app.delete("/api/documents/{document_id}", status_code=204, tags=["documents"])

@@ -56,6 +56,7 @@ except SystemExit as err:  # config.SettingError: a setting in the environment c
 import checker
 import conversations
 import ingest
+import language
 import models
 import preview
 import qa
@@ -130,6 +131,8 @@ def ingest_upload(upload) -> None:
         note = "already in the library" if result.cached else f"{result.pages} pages, {result.chunks} passages"
         ocr = f", {result.ocr_pages} read by OCR" if result.ocr_pages else ""
         status.update(label=f"{name}: searchable ({note}{ocr})", state="complete", expanded=False)
+        if message := language.support_message(result.language):
+            add_notice(f"**{name}** is in {md(language.language_name(result.language))}. {md(message)}", "warning")
         if result.damaged_pages:
             add_notice(f"**{name}** is damaged: pages {ingest.page_ranges(result.damaged_pages)} could not be read and were left out.", "warning")
 
@@ -165,6 +168,8 @@ def document_card(doc: dict, labelling: ingest.EnrichmentProgress | None) -> Non
     """One library entry: name, counts, labelling state, and a remove button."""
     name_col, remove_col = st.columns([5, 1])
     facts = f"{doc['pages']} pages · {doc['chunks']} passages · {doc['ocr_pages']} OCR"
+    if doc.get("language"):
+        facts += f" · {md(language.language_name(doc['language']))}"
     name_col.markdown(f"**{md(doc['doc_name'])}**  \n{facts}")
     if (made_by := embedded_elsewhere(doc)) is not None:
         reembed_offer(doc, made_by, name_col)

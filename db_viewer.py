@@ -88,6 +88,7 @@ def collection_rows(docs: list[dict], current_embedder: str | None = None) -> li
             # an unfinished collection has no counts yet: its metadata is written last
             "chunks": d.get("chunks"),
             "OCR pages": d.get("ocr_pages"),
+            "language": d.get("language") or "?",
             "embedder": embedder_label(d, current_embedder),
             "status": status_label(d),
             "enriched": f"{d.get('enriched_pages', 0)}/{d.get('pages', '?')}",

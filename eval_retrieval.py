@@ -105,7 +105,8 @@ NGRAM = 6  # words per n-gram when a line is matched against an evidence quote
 def load_questions(path: Path) -> list[dict]:
     """Questions from a JSON list (or {"questions": [...]}) or a JSONL file, normalised.
 
-    Each gets ``category``: its own, else its first evidence source (MMLongBench), else "uncategorised".
+    Each gets ``category``: its own, else its languages ("de question, de document": the multilingual
+    bench), else its first evidence source (MMLongBench), else "uncategorised".
     """
     text = Path(path).read_text(encoding="utf-8")
     try:
@@ -115,7 +116,8 @@ def load_questions(path: Path) -> list[dict]:
         rows = [json.loads(line) for line in text.splitlines() if line.strip()]
     for row in rows:
         sources = row.get("evidence_sources") or []
-        row["category"] = row.get("category") or (sources[0] if sources else "uncategorised")
+        languages = f"{row['lang']} question, {row['doc_lang']} document" if row.get("lang") and row.get("doc_lang") else None
+        row["category"] = row.get("category") or languages or (sources[0] if sources else "uncategorised")
         row["pages"] = [int(p) for p in row.get("pages", [])]
     return rows
 
@@ -416,7 +418,7 @@ def summary_with_breakdowns(rows: list[dict], k: int) -> dict:
 
 
 def evaluate(retriever: Retriever, questions: list[dict], collections: dict[str, str], scopes: list[str], k: int,
-             doc_types: dict[str, str] | None = None) -> dict:
+             doc_types: dict[str, str] | None = None, ablations: dict | None = None) -> dict:
     """Run every ablation in every scope; returns metrics (evidence@3 for hybrid), breakdowns and per-question rows."""
     doc_types = doc_types or {}
     answerable = [q for q in questions if q["pages"]]
@@ -429,7 +431,7 @@ def evaluate(retriever: Retriever, questions: list[dict], collections: dict[str,
                                   "answer_on_gold_page": sum(countable.values()) - quoted}}
     log.info("evidence@%d judges %d of %d answerable questions (%d by quotes)", EVIDENCE_AT, sum(countable.values()), len(answerable), quoted)
     for scope_name in scopes:
-        for ablation, options in ABLATIONS.items():
+        for ablation, options in (ablations or ABLATIONS).items():
             runs = run_ablation(retriever, answerable, collections, doc_types, scope_name, options, k, f"{scope_name}/{ablation}")
             if ablation == "hybrid":
                 for q, hits, row in tqdm(runs, desc=f"{scope_name}/evidence", unit="q", leave=False):
@@ -607,6 +609,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--perturb", action="store_true",
                         help="hit@k of each leg and hybrid for the plain questions and each seeded rewording")
     parser.add_argument("--seed", type=int, default=18, help="seed of --split and --perturb")
+    parser.add_argument("--subset", help='only the questions whose "split" field is this (the multilingual bench: dev, heldout)')
+    parser.add_argument("--ablations", help="comma-separated runs to do (default: all of ABLATIONS; hybrid always)")
     parser.add_argument("--stored-only", action="store_true",
                         help="ingest nothing: use the question file's documents already complete in --store, leave out questions about others")
     parser.add_argument("--chunk-size", type=int, help="compare a chunking policy (own store per policy)")
@@ -634,7 +638,9 @@ def main(argv: list[str] | None = None) -> int:
         all_questions = [q for q in all_questions if q["doc"] in collections]
     else:  # every document of the question file is in the library, whichever questions are asked
         collections = ingest_needed(all_questions, args.pdf_dir or default_pdf_dir(args.questions), client, embedder)
-    questions = [q for q in all_questions if id(q) in in_split][: args.limit]
+    questions = [q for q in all_questions if id(q) in in_split and (not args.subset or q.get("split") == args.subset)][: args.limit]
+    chosen = set(args.ablations.split(",")) | {"hybrid"} if args.ablations else set(ABLATIONS)
+    ablations = {name: options for name, options in ABLATIONS.items() if name in chosen}
     doc_types = {q["doc"]: q["doc_type"] for q in all_questions if q.get("doc_type")}
     retriever = Retriever(client, embedder)
     retriever.refresh()
@@ -645,7 +651,7 @@ def main(argv: list[str] | None = None) -> int:
         text = perturbation_table(results, scopes)
         parts = [f"# Perturbed retrieval: {args.questions.name} ({args.split}, seed {args.seed})", "", text, ""]
     else:
-        results = evaluate(retriever, questions, collections, scopes, args.k, doc_types)
+        results = evaluate(retriever, questions, collections, scopes, args.k, doc_types, ablations)
         text = "\n".join([metrics_table(results), evidence_note(results), category_table(results), json.dumps(results["unanswerable"])])
         parts = [markdown_report(results, args.questions)]
     if doc_types:

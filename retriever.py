@@ -255,8 +255,8 @@ class Retriever:
         self._signature: tuple | None = None
         self._checked_at = 0.0
         self._loaded: dict[tuple, dict] = {}  # (collection, enriched pages) -> its chunks, vectors, pages
-        self._embed_query = lru_cache(maxsize=1024)(self.embedder.embed_query)  # follow-ups and evals repeat queries
-        self._line_vectors: dict[str, np.ndarray] = {}  # text -> unit vector, for evidence lines (see similarities)
+        self._query_embedders: dict[str, callable] = {}  # embedder name -> its embed_query, cached (see _embed_query)
+        self._line_vectors: dict[tuple[str, str], np.ndarray] = {}  # (embedder, text) -> unit vector, for evidence lines
         self._lock = threading.RLock()
         self._embedder_name = models.embedder_name(self.embedder)
         self._other_embedder: list[dict] = []  # complete documents left out: another embedder made their vectors
@@ -274,6 +274,7 @@ class Retriever:
     def _load_collection(self, name: str) -> dict:
         """One document's chunks, vectors and per-page BM25 tokens, read from the store."""
         col = ingest.open_collection(self.client, name, self.embedder)
+        language = col.metadata.get("language") or "en"
         got = col.get(include=["documents", "metadatas", "embeddings"])
         pages: dict[int, list[int]] = {}
         for row, meta in enumerate(got["metadatas"]):
@@ -282,7 +283,7 @@ class Retriever:
         for page, rows in pages.items():
             meta = got["metadatas"][rows[0]]
             page_texts[page] = " ".join([meta.get("title", "")] + [got["documents"][r] for r in rows])
-            page_tokens[page] = keyword_tokens(" ".join([meta.get("title", ""), meta.get("keywords", "")] + [got["documents"][r] for r in rows]))
+            page_tokens[page] = keyword_tokens(" ".join([meta.get("title", ""), meta.get("keywords", "")] + [got["documents"][r] for r in rows]), language)
         text = " ".join(page_texts.values())
         first_pages = [page_texts[page] for page in sorted(page_texts)[: config.PROFILE_PAGES]]
         return {
@@ -291,6 +292,8 @@ class Retriever:
             "page_written": {page: acronyms_written(text) for page, text in page_texts.items()},
             "statement_pages": {page: statement_page(text) for page, text in page_texts.items() if statement_page(text)},
             "collection": col,
+            "language": language,
+            "embedder": col.metadata.get("embedder"),
             "ids": got["ids"],
             "texts": got["documents"],
             "metas": got["metadatas"],
@@ -340,17 +343,23 @@ class Retriever:
             self._chunks: dict[str, tuple[str, dict, str]] = {}  # chunk id -> (text, metadata, collection)
             self._page_chunks: dict[PageKey, list[str]] = {}
             self._owner_code = {name: code for code, (name, *_) in enumerate(self._loaded)}
-            ids, vectors, page_tokens, row_owner = [], [], [], []
+            ids, page_tokens, row_owner = [], [], []
+            groups: dict[str, tuple[list, list]] = {}  # embedder -> (row numbers, vectors) of its documents
             for (name, *_), part in self._loaded.items():
                 for chunk_id, text, meta in zip(part["ids"], part["texts"], part["metas"]):
                     self._chunks[chunk_id] = (text, meta, name)
                     self._page_chunks.setdefault((name, meta["page"]), []).append(chunk_id)
+                rows, vectors = groups.setdefault(part["embedder"], ([], []))
+                rows.append(np.arange(len(ids), len(ids) + len(part["ids"])))
+                vectors.append(part["vectors"].reshape(len(part["ids"]), -1))
                 row_owner += [self._owner_code[name]] * len(part["ids"])
                 ids += part["ids"]
-                vectors.append(part["vectors"].reshape(len(part["ids"]), -1))
                 page_tokens += [((name, page), tokens) for page, tokens in part["page_tokens"].items()]
             self._ids = ids
-            self._vectors = np.concatenate(vectors) if vectors else np.zeros((0, 1), dtype=np.float32)
+            self._languages = {name: part["language"] for (name, *_), part in self._loaded.items()}
+            self._embedder_of = {name: part["embedder"] for (name, *_), part in self._loaded.items()}
+            # one matrix per embedder: a question is embedded by each, and their widths differ (384, 512)
+            self._vector_groups = {name: (np.concatenate(rows), np.concatenate(vectors)) for name, (rows, vectors) in groups.items()}
             self._pages = [key for key, _ in page_tokens]
             self._row_owner = np.array(row_owner, dtype=np.int32)
             self._page_owner = np.array([self._owner_code[name] for name, _ in self._pages], dtype=np.int32)
@@ -397,7 +406,7 @@ class Retriever:
         per document, which measured 580 ms at 100k chunks in 200 documents.
         """
         self._refresh_if_stale()
-        if not self._ids:  # an empty library has no vector width to multiply by
+        if not self._ids:
             return []
         n = n or config.CANDIDATES
         similarity = self._similarity(question)
@@ -413,35 +422,48 @@ class Retriever:
             pages.setdefault((owner, meta["page"]), ((owner, meta["page"]), float(similarity[i]), chunk_id))
         return list(pages.values())
 
+    def _embed_query(self, embedder: str, text: str) -> np.ndarray:
+        """``text`` embedded by the embedder named ``embedder``, remembered: follow-ups and evals repeat queries."""
+        if embedder not in self._query_embedders:
+            model = self.embedder if embedder == self._embedder_name else models.get_multilingual_embeddings()
+            self._query_embedders[embedder] = lru_cache(maxsize=1024)(model.embed_query)
+        return np.asarray(self._query_embedders[embedder](text), dtype=np.float32)
+
     def _similarity(self, question: str) -> np.ndarray:
-        """Cosine of the question with every chunk; a question naming a year is embedded once per
-        fiscal-year wording in the library, and each chunk is compared with its document's wording."""
-        if not years_named(question):
-            return self._vectors @ np.asarray(self._embed_query(question), dtype=np.float32)
+        """Cosine of the question with every chunk, each embedder's chunks with the question as that
+        embedder reads it; a question naming a year is embedded once per fiscal-year wording in the
+        library, and each chunk is compared with its document's wording."""
         similarity = np.empty(len(self._ids), dtype=np.float32)
-        for code, style in enumerate(_YEAR_STYLES):
-            rows = self._row_year_style == code
-            if rows.any():
-                query = np.asarray(self._embed_query(year_wordings(question, style)), dtype=np.float32)
-                similarity[rows] = self._vectors[rows] @ query
+        for embedder, (rows, vectors) in self._vector_groups.items():
+            if not years_named(question):
+                similarity[rows] = vectors @ self._embed_query(embedder, question)
+                continue
+            styles = self._row_year_style[rows]
+            for code, style in enumerate(_YEAR_STYLES):
+                if (styles == code).any():
+                    similarity[rows[styles == code]] = vectors[styles == code] @ self._embed_query(embedder, year_wordings(question, style))
         return similarity
 
-    def similarities(self, question: str, texts: list[str]) -> np.ndarray:
-        """Cosine of ``question`` with each of ``texts`` (evidence lines, evidence.py).
+    def similarities(self, question: str, texts: list[str], collections: list[str]) -> np.ndarray:
+        """Cosine of ``question`` with each of ``texts`` (evidence lines, evidence.py), each read by
+        the embedder of the document it comes from (``collections``, one per text).
 
         Vectors of texts seen before are reused: people ask several questions of the same pages,
         and embedding a page's lines is most of the time evidence takes.
         """
-        missing = list(dict.fromkeys(t for t in texts if t not in self._line_vectors))
-        if missing:
-            for text, vector in zip(missing, self.embedder.embed_documents(missing)):
-                self._line_vectors[text] = np.asarray(vector, dtype=np.float32)
-            while len(self._line_vectors) > config.EVIDENCE_CACHE_LINES:  # oldest first out
-                del self._line_vectors[next(iter(self._line_vectors))]
+        keys = [(self._embedder_of.get(c, self._embedder_name), t) for c, t in zip(collections, texts)]
+        for embedder in dict.fromkeys(name for name, _ in keys):
+            missing = list(dict.fromkeys(t for name, t in keys if name == embedder and (name, t) not in self._line_vectors))
+            if missing:
+                model = self.embedder if embedder == self._embedder_name else models.get_multilingual_embeddings()
+                for text, vector in zip(missing, model.embed_documents(missing)):
+                    self._line_vectors[embedder, text] = np.asarray(vector, dtype=np.float32)
         if not texts:
             return np.zeros(0, dtype=np.float32)
-        query = np.asarray(self._embed_query(question), dtype=np.float32)
-        return np.stack([self._line_vectors[t] for t in texts]) @ query
+        similarity = np.array([float(self._line_vectors[key] @ self._embed_query(key[0], question)) for key in keys], dtype=np.float32)
+        while len(self._line_vectors) > config.EVIDENCE_CACHE_LINES:  # oldest first out
+            del self._line_vectors[next(iter(self._line_vectors))]
+        return similarity
 
     def words_on_most_pages(self, collection: str, words: list[str], share: float) -> set[str]:
         """Those of ``words`` (keyword tokens) printed on more than ``share`` of the document's pages:
@@ -462,10 +484,18 @@ class Retriever:
         """(page, BM25 score) best first, only pages that share a term with the question."""
         self._refresh_if_stale()
         n = n or config.CANDIDATES
-        scores = self._bm25.get_scores(keyword_tokens(question))
+        scores = self._bm25.get_scores(self.query_tokens(question, scope))
         if scope is not None:
             scores[~self._scope_mask(self._page_owner, scope)] = 0.0
         return [(self._pages[i], float(scores[i])) for i in _top_indices(scores, n) if scores[i] > 0]
+
+    def query_tokens(self, question: str, scope: list[str] | None = None) -> list[str]:
+        """The question's keyword tokens as each language of the in-scope documents writes its pages
+        (a German page's words are stemmed German words): English's, then each other language's new ones."""
+        tokens = keyword_tokens(question)
+        for language in sorted({self._languages[c] for c in self._in_scope(scope)} - {"en"}):
+            tokens += [t for t in dict.fromkeys(keyword_tokens(question, language)) if t not in tokens]
+        return tokens
 
     def _scope_mask(self, owner_codes: np.ndarray, scope: list[str]) -> np.ndarray:
         """Which rows belong to the documents in ``scope`` (owners stored as small ints)."""
@@ -546,6 +576,18 @@ class Retriever:
             written = [shared[self._page_column[key]] for key in self._written_pages.get(letters, []) if key[0] in in_scope]
             expansions[letters] = expansion_here(named, written)
         return expand_acronyms(query, {letters: full for letters, full in expansions.items() if full})
+
+    def language(self, collection: str) -> str:
+        """The language a document's pages are written in ("en" when unknown), as ingest detected it."""
+        self._refresh_if_stale()
+        return self._languages.get(collection, "en")
+
+    def page_titles(self, collection: str) -> dict[int, str]:
+        """{page: the label (title) the app gave it} for a document's labelled pages."""
+        with self._lock:
+            self._refresh_if_stale()
+            return {page: self._chunks[ids[0]][1].get("title", "") for (name, page), ids in self._page_chunks.items()
+                    if name == collection and self._chunks[ids[0]][1].get("title")}
 
     def profile(self, collection: str) -> DocumentProfile:
         """The document's profile (title, names, years, type) as routing sees it."""

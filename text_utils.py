@@ -3,11 +3,19 @@
 Every module that reads a page, a question or an answer uses these helpers, so one
 question is split into words the same way by the retriever, the evidence lines, the
 context picker and the citation checker. Nothing here imports a model or the store:
-it is plain ``re`` (and ``config`` for the stopword list).
+it is plain ``re``, ``config`` for the English stopword list, and ``language`` for other
+languages' stopwords and Snowball stemmers (pure Python, loaded on first use of a language).
 
-    text -> tokenize()             keyword-search words: lower-cased, stopwords out,
-                                   "FY19" -> "fy 2019", "Fig. 3" -> also "figure_3"
-         -> keyword_tokens()       + "^pss" for each name's initials and word in capitals
+    text -> tokenize(text, language="en")
+                                   keyword-search words: lower-cased, stopwords out,
+                                   "FY19" -> "fy 2019", "Fig. 3" -> also "figure_3";
+                                   in English exactly that; in another language also:
+                                   its stopwords (and English ones) out, words stemmed
+                                   ("Paketen" -> "pak"; "apt-get", "ext4" as written),
+                                   Chinese/Japanese/Korean/Thai runs cut into character
+                                   pairs ("設定ファイル" -> "設定", "定フ", "ファ", ...)
+         -> keyword_tokens(text, language="en")
+                                   + "^pss" for each name's initials and word in capitals
          -> names_with_initials()  "Pew Research Center" -> ("prc", ...)
          -> numbers_in()           "3,200" -> "3200"
          -> years_named()          "FY19", "fiscal year 2019", "2019" -> "2019"
@@ -22,8 +30,10 @@ decided in one place; the patterns below differ only in where a year may stand.
 from __future__ import annotations
 
 import re
+import unicodedata
 
 import config
+import language as languages
 
 # -----------------------------------------------------------------------------
 # Years: one fragment, the places it may stand
@@ -187,19 +197,73 @@ _NUMBERED_THING = re.compile(
 _KIND = {"fig": "figure", "tab": "table"}
 
 
-def tokenize(text: str) -> list[str]:
+def tokenize(text: str, language: str | None = "en") -> list[str]:
     """Lower-cased Unicode words without punctuation or stopwords, plus one token per
     numbered figure/table/section so "Fig. 3" matches "Figure 3" but not "Table 3".
 
     tokenize("The page. Page 3, Zürich! See Fig. 2") -> ["page", "page", "3", "zürich", "see", "fig", "2", "figure_2"]
     tokenize("FY19 capex") -> ["fy", "2019", "capex"]   (so "FY2019" matches a page that says "2019")
+
+    ``language`` is the text's language code (language.detect_language / question_language);
+    "en" or None reads it as English, anything else as ``_words_in`` says:
+
+    tokenize("Wie installiere ich die Pakete mit apt-get?", "de") -> ["installi", "pak", "apt", "get"]
     """
     text = _FY_YEAR.sub(lambda m: f"FY {m.group(1) if len(m.group(1)) == 4 else '20' + m.group(1)}", text)
-    words = [w for w in _WORD.findall(text.lower()) if w not in STOPWORDS]
+    if not language or language == "en":
+        words = [w for w in _WORD.findall(text.lower()) if w not in STOPWORDS]
+    else:
+        words = _words_in(text, language)
     return words + [f"{_KIND.get(kind.lower(), kind.lower())}_{num.lower()}" for kind, num in _NUMBERED_THING.findall(text)]
 
 
-def keyword_tokens(text: str) -> list[str]:
+# Scripts cut into overlapping character pairs: Thai, Lao, Myanmar, Khmer, Hangul, kana, Han.
+_PAIRED = ("\u0e00-\u0eff\u1000-\u109f\u1100-\u11ff\u1780-\u17ff\u3005-\u3007\u3040-\u30ff\u3130-\u318f"
+           "\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002ffff")
+# A word character outside those scripts; combining marks count (Devanagari, Arabic vowel signs), as \w does not
+_LETTER = rf"(?:(?![{_PAIRED}])[\w\u0300-\u036f\u0610-\u061a\u064b-\u065f\u0670\u0900-\u0963\u0966-\u0dff])"
+_PART = re.compile(rf"{_LETTER}+")
+# A run of a paired script, or a word; "apt-get", "sources.list", "2.100" are one word of several parts
+_PIECE = re.compile(rf"(?P<run>[{_PAIRED}]+)|(?P<word>{_LETTER}+(?:[-.]{_LETTER}+)*)")
+_CODE_LIKE = re.compile(r"^(?=[a-z0-9]*\d)[a-z0-9]+$")  # "ext4", "x86", "utf8", "3": written, not inflected
+
+
+def _words_in(text: str, language: str) -> list[str]:
+    """The keyword-search words of a text in a language other than English.
+
+    Words are lower-cased and dropped when they are stopwords of the language or of English
+    (technical text mixes English in), then stemmed with the language's Snowball stemmer if it
+    has one, so "Pakete" and "Paketen" are both "pak". Parts of commands and versions
+    ("apt-get", "sources.list", "2.100", "x86_64", "ext4") are kept as written, like English
+    words: nothing English is stemmed. A run of Chinese, Japanese, Korean or Thai, written
+    without spaces between words, becomes its overlapping character pairs (a lone character
+    stays itself), so a question and a page sharing a word share its pairs:
+
+    _words_in("パッケージを削除", "ja") -> ["パッ", "ッケ", "ケー", "ージ", "ジを", "を削", "削除"]
+    """
+    stop = languages.stopwords(language)
+    stemmer = languages.stemmer(language)
+    words = []
+    for match in _PIECE.finditer(unicodedata.normalize("NFKC", text).lower()):
+        run = match.group("run")
+        if run:
+            pairs = [run] if len(run) == 1 else [run[i : i + 2] for i in range(len(run) - 1)]
+            words += [p for p in pairs if p not in stop]
+            continue
+        parts = _PART.findall(match.group("word"))
+        for part in parts:
+            if part in stop or part in STOPWORDS:
+                continue
+            as_written = len(parts) > 1 or "_" in part or _CODE_LIKE.match(part) or stemmer is None
+            words.append(part if as_written else stemmer.stem(part))
+    return words
+
+
+# German writes every noun with a capital: a run of capitalised words is no name to take initials of
+_CAPITALISED_NOUNS = frozenset({"de", "lb"})
+
+
+def keyword_tokens(text: str, language: str | None = "en") -> list[str]:
     """What the keyword index and its queries are made of: ``tokenize`` plus an acronym token
     ("^pss") for each name's initials and each word written in capitals.
 
@@ -207,9 +271,11 @@ def keyword_tokens(text: str) -> list[str]:
 
     Acronyms get their own tokens because capitals mean something words do not: "MID" in a
     question is "Mobile Internet Demographics", not the "mid" of "mid-2014", and "TO" (Telecom
-    Operators) must survive the stopword "to".
+    Operators) must survive the stopword "to". (In German, where every noun is capitalised, only
+    words in capitals count: "Neue Pakete" is no name.)
     """
-    return tokenize(text) + [f"^{letters}" for letters in initials(text) + sorted(acronyms_written(text))]
+    names = [] if language in _CAPITALISED_NOUNS else initials(text)
+    return tokenize(text, language) + [f"^{letters}" for letters in names + sorted(acronyms_written(text))]
 
 
 # -----------------------------------------------------------------------------

@@ -60,3 +60,59 @@ def test_a_line_or_cell_that_names_a_period():
 
 def test_sentences_and_lines_are_spans_of_the_text():
     assert sentence_spans("One. Two!\nThree") == [(0, 4), (5, 9), (10, 15)]
+
+
+# -----------------------------------------------------------------------------
+# Other languages: tokenize(text, language)
+
+
+def test_english_tokens_are_the_same_with_or_without_a_language():
+    sentence = "The Prosecution Services Staff installed R 4.2.2 with apt-get in FY19; see Fig. 3."
+    expected = ["prosecution", "services", "staff", "installed", "r", "4", "2", "2", "apt", "get", "fy", "2019", "see",
+                "fig", "3", "figure_3"]
+    assert tokenize(sentence) == tokenize(sentence, "en") == tokenize(sentence, None) == expected
+    assert keyword_tokens(sentence, "en") == keyword_tokens(sentence) == expected + ["^tpss", "^fy19"]
+
+
+def test_a_german_question_word_and_a_differently_inflected_page_word_share_a_token():
+    question, page = set(tokenize("Welche Pakete sind installiert?", "de")), set(tokenize("in den Paketen", "de"))
+    assert question & page
+
+
+def test_german_stopwords_are_dropped_but_searched_words_kept():
+    assert tokenize("Die Zeit und das Jahr", "de") == tokenize("Zeit Jahr", "de") and len(tokenize("Zeit Jahr", "de")) == 2
+
+
+def test_english_stopwords_are_dropped_from_other_languages_too():
+    assert tokenize("the sources of the Debian-Pakete", "de") == tokenize("sources Debian-Pakete", "de")
+
+
+def test_commands_and_versions_are_kept_as_written_in_other_languages():
+    assert tokenize("apt-get x86_64 ext4 2.100", "de") == ["apt", "get", "x86_64", "ext4", "2", "100"]
+
+
+def test_french_and_spanish_words_are_stemmed_to_one_form():
+    assert tokenize("les paquets", "fr") == tokenize("un paquet", "fr") == ["paquet"]
+    assert tokenize("instalar paquetes", "es") == tokenize("instalo un paquete", "es")
+
+
+def test_a_japanese_question_and_a_page_sharing_a_word_share_tokens():
+    question = set(tokenize("設定ファイルはどこですか？", "ja"))
+    page = set(tokenize("Debian の設定ファイルは /etc にあります。", "ja"))
+    assert {"設定", "ファ", "イル"} <= question & page
+
+
+def test_a_run_of_japanese_becomes_overlapping_character_pairs_without_stopwords():
+    assert tokenize("削除", "ja") == ["削除"] and tokenize("設定する", "ja") == ["設定", "定す"]  # "する" is a stopword
+
+
+def test_a_lone_cjk_character_is_its_own_token():
+    assert tokenize("表 3", "zh") == ["表", "3"]
+
+
+def test_latin_words_inside_japanese_are_read_as_words():
+    assert tokenize("Debianリファレンス", "ja") == ["debian", "リフ", "ファ", "ァレ", "レン", "ンス"]
+
+
+def test_german_capitalised_nouns_make_no_initials_but_capitals_stay_acronyms():
+    assert keyword_tokens("Neue Pakete mit APT", "de") == ["neu", "pak", "apt", "^apt"]
