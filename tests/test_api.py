@@ -293,6 +293,26 @@ def test_ask_streams_the_evidence_then_tokens_then_one_final_event_with_the_cita
     assert lines == answer["evidence"] and (facts_id, 3, ANSWER_LINE) in evidence_pages(answer)
 
 
+def test_the_outline_of_a_document_and_a_question_about_its_sections(api, facts_id, tmp_path):
+    pdf = write_text_pdf(tmp_path / "plan.pdf", ["Background of the plan.", "Budget for the works.", "More on the budget.", "Timetable of the works."])
+    doc = pymupdf.open(pdf)
+    doc.set_toc([[1, "Background", 1], [1, "Budget", 2], [1, "Timetable", 4]])
+    doc.saveIncr()
+    doc.close()
+    final, _ = upload_and_wait(api, pdf)
+    plan = final["document_id"]
+    outline = api.get(f"/api/documents/{plan}/outline").json()
+    assert outline["source"] == "toc" and outline["pages"] == 4
+    assert [(s["title"], s["pages"]) for s in outline["sections"]] == [("Background", "p. 1"), ("Budget", "pp. 2–3"), ("Timetable", "p. 4")]
+    answer = api.post("/api/ask", json={"question": "List the sections of this document.", "documents": [plan]}).json()
+    assert "2. Budget (pp. 2–3) [2]" in answer["answer"]
+    assert {(c["doc"], c["page"]) for c in answer["citations"]} == {("plan.pdf", 1), ("plan.pdf", 2), ("plan.pdf", 4)}
+    several = api.post("/api/ask", json={"question": "Summarise the document."}).json()
+    assert several["answer"].startswith("Which document should I summarise?") and "plan.pdf" in several["answer"]
+    assert api.get("/api/documents/pdf_rag_0000000000000000/outline").status_code == 404
+    api.delete(f"/api/documents/{plan}")
+
+
 def test_a_follow_up_with_history_is_rewritten(api, facts_id):
     history = [{"role": "user", "content": QUESTION}, {"role": "assistant", "content": "In 1889 [1]."}]
     answer = api.post("/api/ask", json={"question": "And how long did the trains take?", "history": history, "k": 2}).json()

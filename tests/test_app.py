@@ -16,7 +16,7 @@ import config
 import ingest
 import models
 import prompts
-from conftest import SERVER_KEY, SERVER_MODEL, free_port, shown
+from conftest import SERVER_KEY, SERVER_MODEL, free_port, shown, write_text_pdf
 from retriever import Retriever
 from test_chroma_server import running_chroma
 
@@ -452,3 +452,24 @@ def test_an_answer_whose_document_was_removed_stays_readable_its_chips_marked_re
     assert any("no longer in the library" in i.value for i in opened.info)
     export = conversations.export_markdown(conversations.get(conversation_id), library=set())
     assert "facts.pdf, page 3 (removed from the library since)" in shown(export)
+
+
+SWEDISH_PAGE = (
+    "Järnvägen nådde staden år 1871, och stationen byggdes bredvid torget. Handlare från hela dalen kom "
+    "till marknaden varje lördag. Biblioteket har tolvtusen böcker, och eleverna lånar dem utan kostnad. "
+    "Vattnet kommer från sjön ovanför byn, som anlades efter torkan 1921 när de gamla brunnarna sinade."
+)
+
+
+def test_a_document_in_a_language_searched_by_its_words_only_says_so_at_upload(store, embedder, tmp_path, small_model):
+    app = upload(AppTest.from_file(APP, default_timeout=300).run(), write_text_pdf(tmp_path / "byn.pdf", [SWEDISH_PAGE]))
+    warning = shown(app.sidebar.warning[0].value)
+    assert "byn.pdf" in warning and "Swedish" in warning and "searched by its words only" in warning
+    assert "Swedish" in sidebar_text(app)  # the library card names its language
+
+
+def test_a_document_in_a_fully_served_language_gets_no_warning(store, embedder, tmp_path, small_model):
+    german = "Die Bahnstrecke erreichte die Stadt im Jahr 1871. Der Bahnhof wurde neben dem Marktplatz errichtet. " * 3
+    app = upload(AppTest.from_file(APP, default_timeout=300).run(), write_text_pdf(tmp_path / "chronik.pdf", [german]))
+    assert not app.sidebar.warning
+    assert "German" in sidebar_text(app)

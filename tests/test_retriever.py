@@ -9,7 +9,9 @@ import pytest
 from conftest import OTHER_EMBEDDER, pretend_made_by, write_text_pdf
 from rank_bm25 import BM25Okapi
 
+import config
 import ingest
+import models
 from question import parse_question
 from retriever import Retriever, SparseBM25, page_references, rrf
 from text_utils import tokenize
@@ -378,3 +380,44 @@ def test_a_year_is_searched_as_the_document_writes_it(store, embedder, tmp_path)
     retriever = retriever_with(store, embedder, pdf)
     for wording in ("FY2020", "FY20", "fiscal year 2020", "2020"):
         assert retriever.search(f"What happened to a creamery in {wording}?", k=1)[0].page == 2
+
+
+GERMAN_PAGES = [
+    "Die Bahnstrecke erreichte die Stadt im Jahr 1871. Der Bahnhof wurde neben dem Marktplatz errichtet "
+    "und brachte Händler aus dem ganzen Tal in die Gemeinde.",
+    "Die Stadtbibliothek besitzt zwölftausend Bücher. Ausleihen ist für Schüler kostenlos, Erwachsene zahlen "
+    "einen kleinen Jahresbeitrag für ihren Leseausweis.",
+    "Der Stausee oberhalb der Gemeinde liefert das Trinkwasser. Er wurde nach der Dürre von 1921 angelegt, "
+    "als die alten Brunnen versiegten.",
+]
+ENGLISH_PAGES = [
+    "The harbour was dredged in 1904 so that steamships could dock at the new quay. Fishing boats moved to "
+    "the inner basin, and the old wooden pier was taken down the following spring.",
+    "The town council meets on the first Monday of each month in the old guildhall. Its meetings are open "
+    "to the public, and the minutes are posted on the door of the library a week later.",
+]
+
+
+def test_a_two_language_library_finds_a_german_page_for_a_german_question_in_other_words(store, embedder, tmp_path):
+    german = ingest.ingest_pdf(write_text_pdf(tmp_path / "chronik.pdf", GERMAN_PAGES), store, embedder)
+    english = ingest.ingest_pdf(write_text_pdf(tmp_path / "history.pdf", ENGLISH_PAGES), store, embedder)
+    docs = {d["doc_name"]: d for d in ingest.list_documents(store)}
+    assert (docs["chronik.pdf"]["language"], docs["history.pdf"]["language"]) == ("de", "en")
+    assert docs["chronik.pdf"]["embedder"] == config.MULTILINGUAL_EMBEDDER_NAME  # MiniLM knows no German
+    assert docs["history.pdf"]["embedder"] == models.embedder_name(embedder)
+    retriever = Retriever(store, embedder)
+    # no content word shared with page 1 ("Zug" for "Bahnstrecke", "Ort" for "Stadt", "kam" for "erreichte")
+    hits = retriever.search("Wann kam der erste Zug in den Ort?", k=2)
+    assert (hits[0].collection, hits[0].page) == (german.collection, 1)
+    hits = retriever.search("Woher bekommen die Einwohner ihr Wasser?", k=2)
+    assert (hits[0].collection, hits[0].page) == (german.collection, 3)
+    # the English document is still searched as before
+    hits = retriever.search("When does the council meet?", k=1)
+    assert (hits[0].collection, hits[0].page) == (english.collection, 2)
+
+
+def test_a_german_page_is_found_by_keywords_in_another_inflection(store, embedder, tmp_path):
+    german = ingest.ingest_pdf(write_text_pdf(tmp_path / "chronik.pdf", GERMAN_PAGES), store, embedder)
+    retriever = Retriever(store, embedder)
+    found = retriever.keyword("Welche Büchern hat die Bibliotheken?", scope=[german.collection])
+    assert found[0][0] == (german.collection, 2)  # "Büchern"/"Bücher", "Bibliotheken"/"Stadtbibliothek" stemmed
