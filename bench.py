@@ -8,6 +8,7 @@
     python bench.py answer --while-labelling [--models ...] [--questions 4] [--seed 17] [--json OUT]
     python bench.py memory [PDF] [--model NAME] [--questions 3] [--label-pages 6] [--json OUT]
     python bench.py runtime [--models ...] [--rounds 3] [--source-chars 800] [--json OUT]
+    python bench.py summary --store STORE [--docs PDF...] [--model NAME] [--json OUT]
     python bench.py api [--clients 20] [--ask-clients 4] [--chunks 10000] [--model NAME] [--json OUT]
 
 ``ingest`` runs each PDF in a fresh child process with an empty temporary
@@ -50,6 +51,12 @@ and the embedder were each loaded exactly once. ``answer --while-labelling`` can
 the labeller after each "running" question and waits at most 60 s for it to stop
 (it reports how long it took; a labeller that does not stop is an error, not a hang).
 
+``summary`` asks "Summarise this document." of each document of the whole-document bench
+(``evaluation/whole_document_bench.jsonl``: each document's top-level sections as a reader lists them)
+that ``--store`` holds, scoped to it, with the embedded model, and reports the seconds, where the outline
+came from, and the answer judged against those sections: how many it covers and which of its sections name
+none of the document's (invented).
+
 Timings are single runs on a shared machine: repeat and compare medians.
 """
 
@@ -57,8 +64,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import platform
+import re
 import resource
 import subprocess
 import sys
@@ -67,6 +76,8 @@ import time
 from pathlib import Path
 
 import config
+
+log = logging.getLogger("bench")
 
 STAGES = ("extract", "ocr", "chunk", "embed", "store")
 BENCH_DIR = config.BASE_DIR.parent / "shared" / "bench" / "mmlongbench"
@@ -893,6 +904,63 @@ def time_api(args) -> list[dict]:
     return rows
 
 
+def _title_words(title: str) -> set[str]:
+    """A section title's words without its leading numbering: "2.1 Reservoir survey" -> {"reservoir", "survey"};
+    numbers inside stay ("Item 7" is not "Item 8")."""
+    return set(re.findall(r"\w+", re.sub(r"^\s*(\d+(\.\d+)*\.?|[IVX]+\.)\s+", "", title.lower())))
+
+
+def same_section(ours: str, theirs: str) -> bool:
+    """Whether two section titles name the same section: one's words hold the other's, or they share
+    at least half of all their words (the bench writes "Item 7. Management's Discussion...", an outline "Item 7")."""
+    a, b = _title_words(ours), _title_words(theirs)
+    if not a or not b:
+        return False
+    return a <= b or b <= a or len(a & b) >= len(a | b) / 2
+
+
+def judge_summary(answer_titles: list[str], sections: list[dict]) -> dict:
+    """Which of a document's content sections (the bench's, as a reader lists them) a whole-document
+    answer covers, and which of the answer's section titles name no section of the document at all."""
+    content = [s for s in sections if s.get("kind", "content") == "content"]
+    covered = [s["title"] for s in content if any(same_section(t, s["title"]) for t in answer_titles)]
+    invented = [t for t in answer_titles if not any(same_section(t, s["title"]) for s in sections)]
+    return {"sections": len(content), "covered": len(covered), "coverage": round(len(covered) / max(len(content), 1), 3),
+            "answer_sections": len(answer_titles), "invented": invented, "missed": [s["title"] for s in content if s["title"] not in covered]}
+
+
+def time_summaries(store: Path, bench: Path, model: str, question: str, only: list[str] | None) -> list[dict]:
+    """Ask ``question`` of each bench document in ``store`` (scoped to it) with the embedded ``model``:
+    seconds, the outline's source, and the answer judged against the document's own sections."""
+    import ingest
+    import models
+    import qa
+    from retriever import Retriever
+
+    config.CHROMA_PERSIST_DIR = str(store)
+    client = ingest.get_client(str(store))
+    stored = {d["doc_name"]: d for d in ingest.list_documents(client)}
+    retriever = Retriever(client, models.get_embeddings())
+    llm = models.EmbeddedChatModel.load(model)
+    rows = []
+    for line in bench.read_text().splitlines():
+        entry = json.loads(line)
+        doc = stored.get(entry["doc"])
+        if doc is None or (only and entry["doc"] not in only):
+            continue
+        t0 = time.perf_counter()
+        answer = qa.answer_question(question, retriever, llm=llm, scope=[doc["collection"]])
+        seconds = time.perf_counter() - t0
+        verdict = judge_summary([h.title for h in answer.sources], entry["sections"])
+        rows.append({"doc": entry["doc"], "pages": doc["pages"], "labelled": doc.get("enriched_pages", 0),
+                     "outline": answer.sources[0].trace.get("source", "?") if answer.sources else "-",
+                     "seconds": round(seconds, 1), "first_text_s": round(answer.first_token_seconds or 0, 1),
+                     "cites_page_ranges": bool(re.search(r"\(pp?\. \d+(–\d+)?\)", answer.text)), **verdict,
+                     "answer": answer.text})
+        log.warning("%s: %.1fs, %d/%d sections, %d invented", entry["doc"], seconds, verdict["covered"], verdict["sections"], len(verdict["invented"]))
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -933,6 +1001,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--chunks", type=int, default=10000, help="library size (a scaled store, as for retrieval)")
     p.add_argument("--model", default=config.EMBEDDED_LLM, help="embedded chat model the server answers with")
     p.add_argument("--source-store", type=Path, default=config.BASE_DIR / "chroma_store_eval")
+    p.add_argument("--json", type=Path)
+    p = sub.add_parser("summary")
+    p.add_argument("--store", type=Path, required=True, help="a store holding the bench's documents (labelled, for the time figure)")
+    p.add_argument("--bench", type=Path, default=config.BASE_DIR / "evaluation" / "whole_document_bench.jsonl")
+    p.add_argument("--model", default=config.EMBEDDED_LLM, help="embedded chat model (default: the app's)")
+    p.add_argument("--question", default="Summarise this document.")
+    p.add_argument("--docs", nargs="+", help="only these bench documents")
     p.add_argument("--json", type=Path)
     p = sub.add_parser("retrieval")
     p.add_argument("--chunks", type=int, nargs="+", default=[1000, 10000, 100000])
@@ -999,6 +1074,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             args.json.write_text(json.dumps({"api": rows}, indent=2))
         return 0 if all(r["errors"] == 0 for r in rows) else 1
+    if args.command == "summary":
+        config.setup_logging(30)
+        rows = time_summaries(args.store, args.bench, args.model, args.question, args.docs)
+        keys = ["doc", "pages", "labelled", "outline", "seconds", "first_text_s", "sections", "covered", "coverage", "answer_sections", "cites_page_ranges"]
+        print_table([keys + ["invented"]] + [[r[k] for k in keys] + [len(r["invented"])] for r in rows])
+        if args.json:
+            args.json.write_text(json.dumps({"summary": rows}, indent=2, ensure_ascii=False))
+        return 0
     if args.command == "retrieval":
         config.setup_logging(40)
         questions = [json.loads(line)["question"] for line in BENCH_QUESTIONS.read_text().splitlines()][: args.questions]

@@ -156,8 +156,8 @@ MULTILINGUAL_EMBEDDER_NAME = "use-multilingual-v3-int8"
 # -----------------------------------------------------------------------------
 # Questions about a whole document (overview.py): "summarise", "list its sections", "compare"
 WHOLE_DOCUMENT_SECONDS = _env("WHOLE_DOCUMENT_SECONDS", 60)  # reading sections with the model; the rest listed by their labels
-WHOLE_DOCUMENT_SECTION_CHARS = _env("WHOLE_DOCUMENT_SECTION_CHARS", 1200)  # of a section's opening the model reads
-WHOLE_DOCUMENT_GIST_TOKENS = _env("WHOLE_DOCUMENT_GIST_TOKENS", 60)  # the model's sentence per section
+WHOLE_DOCUMENT_SECTION_CHARS = _env("WHOLE_DOCUMENT_SECTION_CHARS", 800)  # of a section's opening the model reads
+WHOLE_DOCUMENT_GIST_TOKENS = _env("WHOLE_DOCUMENT_GIST_TOKENS", 50)  # the model's sentence per section
 WHOLE_DOCUMENT_GIST_CHARS = _env("WHOLE_DOCUMENT_GIST_CHARS", 300)
 WHOLE_DOCUMENT_LIST = _env("WHOLE_DOCUMENT_LIST", 10)  # documents listed when asking which one is meant
 

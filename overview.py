@@ -156,7 +156,7 @@ class Reading:
 
 def section_hit(doc: Document, section: Section, text: str, first: int) -> Hit:
     return Hit(id=f"{doc.collection}:{first}:section", collection=doc.collection, doc_name=doc.name, page=first,
-               start=0, end=len(text), text=text, title=section.title, score=0.0, trace={"section": page_range(section)})
+               start=0, end=len(text), text=text, title=section.title, score=0.0, trace={"section": page_range(section), "source": section.source})
 
 
 def outline_lines(doc: Document, sections: list[Section], retriever: Retriever) -> Iterator[tuple[str, Hit]]:
@@ -169,9 +169,9 @@ def header(doc: Document, sections: list[Section]) -> str:
     source = {"toc": "its table of contents", "headings": "its headings", "labels": "the labels of its pages",
               "pages": "its pages in order"}[sections[0].source]
     text = f"**{doc.name}**: {doc.pages} pages, {len(sections)} sections (from {source})."
-    if doc.labelled < doc.with_text:
-        text += (f" Its pages are still being labelled ({doc.labelled} of {doc.with_text} done), so some "
-                 f"sections are described by their headings only.")
+    if doc.labelled < doc.with_text and config.ENRICH_ENABLED:
+        text += (f" Its pages are still being labelled ({doc.labelled} of {doc.with_text} done): sections not read "
+                 f"below are described by the labels there are.")
     return text
 
 
@@ -189,13 +189,18 @@ def read_document(
     sections = document_outline(ingest.kept_pdf_path(doc.collection), retriever.page_titles(doc.collection), doc.pages)
     yield header(doc, sections) + "\n\n"
     language = question_language(question)
-    t0 = time.perf_counter()
+    deadline, last_read = time.perf_counter() + config.WHOLE_DOCUMENT_SECONDS, 0.0
+    out_of_time = False
     for number, (line, hit) in enumerate(outline_lines(doc, sections, retriever), 1):
         sources.append(hit)
         if kind == "summary":
-            if time.perf_counter() - t0 < config.WHOLE_DOCUMENT_SECONDS and hit.text.strip():
+            # a section is read only when, at the pace of the last one, it ends within the budget
+            out_of_time = out_of_time or time.perf_counter() + last_read > deadline
+            if not out_of_time and hit.text.strip():
                 stage(f"Reading section {number} of {len(sections)}…")
+                started = time.perf_counter()
                 said = gist(llm, sections[number - 1], hit.text, language)
+                last_read = time.perf_counter() - started
             else:
                 labels = section_labels(retriever, doc.collection, sections[number - 1])
                 said = ("Its pages: " + "; ".join(labels[:3]) + ".") if labels else ""
@@ -203,9 +208,9 @@ def read_document(
         else:
             line = f"{line} [{number}]"
         yield f"{number}. {line}\n"
-    if kind == "summary" and time.perf_counter() - t0 >= config.WHOLE_DOCUMENT_SECONDS:
-        yield (f"\n*The time for reading ({config.WHOLE_DOCUMENT_SECONDS} s) ran out: the last sections are listed "
-               f"with their page labels, not read.*\n")
+    if out_of_time:
+        yield (f"\n*The time for reading ({config.WHOLE_DOCUMENT_SECONDS} s) ran out: the sections without a sentence "
+               f"were not read; their pages' labels are shown where there are any.*\n")
     yield Reading("", sources)
 
 

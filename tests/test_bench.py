@@ -35,3 +35,18 @@ def test_the_model_flags_name_one_model_of_a_backend_or_keep_the_list_of_embedde
     assert config.OPENAI_BASE_URL == ""
     assert choose("--backend", "openai", "--model", "qwen-7b", "--base-url", "http://gpu:8080/v1") == ["openai:qwen-7b"]
     assert config.OPENAI_BASE_URL == "http://gpu:8080/v1"
+
+
+def test_section_titles_match_without_numbering_but_keep_their_numbers():
+    assert bench.same_section("1 Introduction and preliminaries", "Introduction and preliminaries")
+    assert bench.same_section("Item 7", "Item 7. Management's Discussion and Analysis")
+    assert not bench.same_section("Item 8", "Item 7. Management's Discussion and Analysis")
+    assert not bench.same_section("2.1 Methods", "Results")
+
+
+def test_a_summary_is_judged_by_the_sections_it_covers_and_those_it_invents():
+    sections = [{"title": "Introduction", "kind": "content"}, {"title": "Methods", "kind": "content"},
+                {"title": "Index", "kind": "matter"}]
+    verdict = bench.judge_summary(["1 Introduction", "Index", "A made-up part"], sections)
+    assert (verdict["covered"], verdict["sections"], verdict["coverage"]) == (1, 2, 0.5)
+    assert verdict["invented"] == ["A made-up part"] and verdict["missed"] == ["Methods"]

@@ -75,7 +75,7 @@ def test_a_summary_lists_every_section_with_its_pages(report_retriever, llm):
     assert [h.page for h in answer.sources] == [1, 2, 4, 7]  # each line's marker opens its section's first page
     assert {c.page for c in answer.citations} == {1, 2, 4, 7}
     assert "4 sections (from its table of contents)" in answer.text
-    assert "still being labelled" in answer.text  # no labels yet: said, and the outline still used
+    assert "still being labelled (0 of 7 done)" in answer.text  # no labels yet: said, and the outline still used
     assert answer.model  # the model wrote what each section covers
 
 
