@@ -444,15 +444,14 @@ def ingest_pdf(
     doc_name = doc_name or display_name(path)
     doc = open_pdf(path)
     try:
-        language = document_language(doc)
-        embedder = models.embedder_for(language, embedder or models.get_embeddings())
+        main = embedder or models.get_embeddings()
         sha256 = file_sha256(path)
         name = collection_name_for(sha256)
         with _file_lock(sha256):
             existing = _collection_or_none(client, name)
             if existing is not None and is_complete(existing):
                 made_with = (existing.metadata.get("embedder"), existing.metadata.get("extractor", "text"))
-                if made_with == (models.embedder_name(embedder), config.EXTRACTOR):
+                if not made_with_other_embedder(existing.metadata, main) and made_with[1] == config.EXTRACTOR:
                     log.info("%s is already ingested as %s", doc_name, name)
                     _keep_pdf(path, name)
                     progress(1, 1, "Already in the library")
@@ -463,19 +462,19 @@ def ingest_pdf(
             _keep_pdf(path, name)  # before the build, so a complete collection always has its PDF
             if existing is not None and is_complete(existing):
                 log.warning("%s was made with embedder %s and extractor %s; rebuilding it beside itself", name, *made_with)
-                return _rebuild(doc, client, embedder, existing, sha256, doc_name, progress, t0, language)
+                return _rebuild(doc, client, main, existing, sha256, doc_name, progress, t0)
             if existing is not None:
                 log.warning("Removing unfinished collection %s before rebuilding", name)
                 _drop_collection(client, name)  # not its kept PDF: the same bytes, maybe the very file being read
-            return _build_collection(doc, client, embedder, name, sha256, doc_name, progress, t0, language)
+            return _build_collection(doc, client, main, name, sha256, doc_name, progress, t0)
     finally:
         doc.close()
 
 
 def document_language(doc) -> str:
-    """The main language of a PDF's text layer ("" when it has too little text to tell, e.g. a scan),
-    read from up to LANGUAGE_SAMPLE_PAGES pages spread through it: a manual's first pages may be an
-    English licence before the German text."""
+    """The main language of a PDF's text layer ("" when it has too little text to tell: a scan's is
+    told from its first OCR'd pages instead, see ``_write_pages``), read from up to LANGUAGE_SAMPLE_PAGES
+    pages spread through it: a manual's first pages may be an English licence before the German text."""
     step = max(1, doc.page_count // config.LANGUAGE_SAMPLE_PAGES)
     sample = "\n".join(doc.load_page(i).get_text() for i in range(0, doc.page_count, step)[: config.LANGUAGE_SAMPLE_PAGES])
     return detect_language(sample) or ""
@@ -535,7 +534,7 @@ def _purge_quietly(client: chromadb.ClientAPI) -> None:
             log.warning("%s", err)
 
 
-def _rebuild(doc, client, embedder, old, sha256, doc_name, progress, t0, language) -> IngestResult:
+def _rebuild(doc, client, embedder, old, sha256, doc_name, progress, t0) -> IngestResult:
     """Build ``old``'s document again beside it (``<name>_rebuild``), then swap the new collection in.
 
     While the new one is built, marked "rebuilt" (not complete) when whole, ``old`` stays as it was:
@@ -546,7 +545,7 @@ def _rebuild(doc, client, embedder, old, sha256, doc_name, progress, t0, languag
     library (its kept PDF stays) until the PDF is added again.
     """
     name, staging = old.name, old.name + REBUILD_SUFFIX
-    result = _build_collection(doc, client, embedder, staging, sha256, doc_name, progress, t0, language, done_status="rebuilt")
+    result = _build_collection(doc, client, embedder, staging, sha256, doc_name, progress, t0, done_status="rebuilt")
     with _server_errors():
         built = client.get_collection(staging, embedding_function=None)
         meta = _carry_labels(old, built)
@@ -581,12 +580,15 @@ def _carry_labels(old, new) -> dict:
     return meta
 
 
-def _build_collection(doc, client, embedder, name, sha256, doc_name, progress, t0, language, done_status="complete") -> IngestResult:
+def _build_collection(doc, client, main, name, sha256, doc_name, progress, t0, done_status="complete") -> IngestResult:
+    """Build collection ``name`` for ``doc``: its language told from its text layer, its vectors made by the
+    embedder for that language (``main``, the app's embedder, for English; see ``models.embedder_for``)."""
+    language = document_language(doc)
     meta = {
         "doc_name": doc_name,
         "sha256": sha256,
-        "language": language,  # "" when unknown
-        "embedder": models.embedder_name(embedder),
+        "language": language,  # "" when unknown; a scan's is told once its first pages are OCR'd
+        "embedder": models.embedder_name_for(language, main),
         "extractor": config.EXTRACTOR,
         "status": "ingesting",
         "pages": doc.page_count,
@@ -594,7 +596,7 @@ def _build_collection(doc, client, embedder, name, sha256, doc_name, progress, t
     }
     try:
         with _server_errors():  # a server lost mid-ingest becomes a StoreUnavailableError
-            stats, meta = _write_collection(doc, client, embedder, name, meta, progress, t0, done_status)
+            stats, meta = _write_collection(doc, client, main, name, meta, progress, t0, done_status)
     except BaseException as err:
         leftover = _discard_unfinished(client, name, doc_name)
         if leftover and isinstance(err, IngestError):
@@ -612,7 +614,7 @@ def _build_collection(doc, client, embedder, name, sha256, doc_name, progress, t
         seconds=time.perf_counter() - t0,
         stage_seconds=stats["stage_seconds"],
         damaged_pages=damaged_in(meta),
-        language=language,
+        language=meta["language"],
     )
 
 
@@ -634,13 +636,13 @@ def _discard_unfinished(client: chromadb.ClientAPI, name: str, doc_name: str) ->
     return ""
 
 
-def _write_collection(doc, client, embedder, name, meta, progress, t0, done_status="complete") -> tuple[dict, dict]:
+def _write_collection(doc, client, main, name, meta, progress, t0, done_status="complete") -> tuple[dict, dict]:
     """Create the collection, fill it, and mark it ``done_status`` ("complete", or "rebuilt" for a
     rebuild that is swapped in after) as the very last write; returns the page statistics and the final metadata."""
     collection = client.create_collection(
         name, metadata=meta, configuration={"hnsw": {"space": "cosine"}}, embedding_function=None
     )
-    stats = _write_pages(doc, collection, embedder, meta["sha256"], meta["doc_name"], progress)
+    stats = _write_pages(doc, collection, main, meta, progress)
     if stats["chunks"] == 0:
         why = "no OCR engine is available" if ocr_engine() is None else "OCR found no text either"
         raise NoTextError(f"{meta['doc_name']} contains no readable text ({why}).")
@@ -651,6 +653,8 @@ def _write_collection(doc, client, embedder, name, meta, progress, t0, done_stat
         ocr_pages=sources.count("O"),
         empty_pages=sources.count("E") + sources.count("D"),
         page_sources=sources,  # one letter per page: T text layer, O OCR, E empty, D damaged (left out)
+        language=stats.pop("language"),
+        embedder=stats.pop("embedder"),
         enriched_pages=0,
         ingest_seconds=round(time.perf_counter() - t0, 2),
     )
@@ -658,14 +662,18 @@ def _write_collection(doc, client, embedder, name, meta, progress, t0, done_stat
     return stats, meta
 
 
-def _write_pages(doc, collection, embedder, sha256, doc_name, progress) -> dict:
+def _write_pages(doc, collection, main, meta, progress) -> dict:
     """Extract, chunk, embed and store ``doc`` in page batches so memory stays bounded.
+
+    The vectors are made by the embedder for the document's language (``meta["language"]``); a document
+    whose text layer was too thin to tell it (a scan) has it told from its first batch of pages as read,
+    OCR included, before anything is embedded.
 
     Progress names each stage as it happens: reading (or OCR) page by page, then
     for each page batch embedding its passages a slice at a time, storing them, and
     "Indexed ..." once the batch is in the store.
     """
-    total = doc.page_count
+    total, sha256, doc_name, language = doc.page_count, meta["sha256"], meta["doc_name"], meta["language"]
     seconds = {"extract": 0.0, "ocr": 0.0, "chunk": 0.0, "embed": 0.0, "store": 0.0}
     sources, chunks = [], 0
     damaged = set(unreadable_pages(doc))  # only left when KEEP_READABLE_PAGES asked to keep the rest
@@ -695,6 +703,9 @@ def _write_pages(doc, collection, embedder, sha256, doc_name, progress) -> dict:
         seconds["chunk"] += time.perf_counter() - t
         if not records:
             continue
+        if not chunks and not language:  # nothing embedded yet: the pages read so far tell the language
+            language = detect_language("\n".join(page.text for page in pages)) or ""
+        embedder = models.embedder_for(language, main)
         span = f"pages {first + 1}–{first + len(pages)}"
         vectors = []
         for start in range(0, len(records), config.PROGRESS_EMBED_CHUNKS):
@@ -718,7 +729,8 @@ def _write_pages(doc, collection, embedder, sha256, doc_name, progress) -> dict:
         seconds["store"] += time.perf_counter() - t
         chunks += len(records)
         progress(first + len(pages), total, f"Indexed {chunks} passages from {first + len(pages)} of {total} pages")
-    return {"chunks": chunks, "sources": "".join(sources), "stage_seconds": seconds}
+    return {"chunks": chunks, "sources": "".join(sources), "stage_seconds": seconds, "language": language,
+            "embedder": models.embedder_name_for(language, main)}
 
 
 # -----------------------------------------------------------------------------

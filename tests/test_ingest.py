@@ -526,3 +526,17 @@ def test_the_background_enricher_queues_waits_for_questions_and_survives_a_remov
 def test_labels_are_missing_while_a_page_with_text_has_none():
     assert ingest.labels_missing({"pages": 3, "empty_pages": 1, "enriched_pages": 1})
     assert not ingest.labels_missing({"pages": 3, "empty_pages": 1, "enriched_pages": 2})  # an empty page needs no label
+
+
+def test_a_scanned_document_has_its_language_told_from_its_ocr_text(store, embedder, tmp_path):
+    doc = pymupdf.open()
+    image_only_page(doc, "Die Bahnstrecke erreichte die Stadt im Jahr 1871. Der Bahnhof wurde neben dem Marktplatz "
+                         "errichtet und brachte Händler aus dem ganzen Tal in die Gemeinde. Die Stadtbibliothek besitzt "
+                         "zwölftausend Bücher, und das Ausleihen ist für alle Schüler kostenlos.")
+    path = tmp_path / "scan.pdf"
+    doc.save(path)
+    result = ingest.ingest_pdf(path, store, embedder)
+    meta = ingest.open_collection(store, result.collection, embedder).metadata
+    assert result.ocr_pages == 1 and result.language == meta["language"] == "de"
+    assert meta["embedder"] == config.MULTILINGUAL_EMBEDDER_NAME
+    assert ingest.ingest_pdf(path, store, embedder).cached  # the same scan again: nothing rebuilt
