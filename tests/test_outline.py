@@ -203,3 +203,41 @@ def test_r_intro_outline_has_its_chapters():
     assert {s.source for s in sections} == {"toc"}
     assert all(s.start <= s.end for s in sections)
     assert [s.start for s in sections] == sorted(s.start for s in sections)
+
+
+def test_an_outline_of_parts_is_read_one_level_deeper_keeping_entries_without_children(tmp_path):
+    toc = [[1, "Cover", 1], [1, "Part I", 2], [2, "Item 1. Business", 2], [2, "Item 2. Properties", 4],
+           [1, "Part II", 5], [2, "Item 7. Management's Discussion", 5], [2, "Item 8. Financial Statements", 7]]
+    sections = pdf_outline(pymupdf.open(blank_pdf(tmp_path / "10k.pdf", 8, toc)))
+    assert spans(sections) == [("Cover", 1, 1), ("Item 1. Business", 2, 3), ("Item 2. Properties", 4, 4),
+                               ("Item 7. Management's Discussion", 5, 6), ("Item 8. Financial Statements", 7, 8)]
+
+
+def numbered_pdf(path: Path, headings: dict[int, list[str]], pages: int = 6) -> Path:
+    """Pages of 11-pt body text with bold 11-pt headings (a paper's style: no larger than the body)."""
+    doc = pymupdf.open()
+    for number in range(1, pages + 1):
+        page = doc.new_page()
+        y = 72
+        for heading in headings.get(number, []):
+            page.insert_text((72, y), heading, fontsize=11, fontname="hebo")
+            page.insert_textbox(pymupdf.Rect(72, y + 8, 520, y + 200), BODY[:400], fontsize=11)
+            y += 230
+        if number not in headings:
+            page.insert_textbox(pymupdf.Rect(72, y, 520, 700), BODY, fontsize=11)
+    doc.save(path)
+    doc.close()
+    return path
+
+
+def test_bold_numbered_headings_counting_up_make_the_sections_with_their_unnumbered_peers(tmp_path):
+    pdf = pymupdf.open(numbered_pdf(tmp_path / "paper.pdf", {
+        1: ["Abstract", "1 Introduction"], 2: ["2 Related Work"], 4: ["3 Method", "3.1 Data"], 6: ["References"]}))
+    assert outline.heading_outline(pdf) == []  # no heading is larger than the body
+    assert spans(outline.numbered_outline(pdf)) == [("Abstract", 1, 1), ("1 Introduction", 1, 1), ("2 Related Work", 2, 3),
+                                                     ("3 Method", 4, 5), ("References", 6, 6)]
+
+
+def test_numbered_lines_that_do_not_count_up_from_one_are_no_outline(tmp_path):
+    pdf = pymupdf.open(numbered_pdf(tmp_path / "list.pdf", {1: ["4 Apples"], 2: ["7 Pears"], 3: ["2 Plums"]}))
+    assert outline.numbered_outline(pdf) == []
