@@ -4,6 +4,7 @@ The pipeline (reading the PDF itself lives in ``extract.py``):
 
     file -> extract.open_pdf()   (size, %PDF-, opens, not encrypted, has pages)
          -> SHA-256 -> collection "pdf_rag_<16 hex>"       (same bytes = cache hit)
+         -> its language (language.py; a scan's from its first OCR'd pages) -> the embedder for it
          -> extract.read_page() per page: text layer laid out (tables as Markdown rows, columns,
                                   running headers set aside), or OCR; line boxes kept
          -> extract.chunk_page(): sentences and whole table rows, overlapping, page-anchored spans

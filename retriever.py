@@ -23,6 +23,12 @@ names, numbers) that people search for; the semantic leg finds paraphrases
 that share no word with the page. A ``scope`` (a list of collection names)
 restricts every leg to chosen documents. Results are one per (document, page).
 
+Each document's vectors come from the embedder for its language (models.embedder_for:
+the app's embedder for English, USE-multilingual for others), and its pages' keyword
+tokens are split by its language's rules (stems, stopwords; text_utils). The question
+is embedded once per embedder the library uses, each embedder's chunks compared with
+it, and tokenised once per language in scope.
+
 A document whose vectors another embedder made (its collection records which)
 is left out of every search, with a warning in the log, until it is re-embedded
 (``ingest.reembed_document``); ``other_embedder_documents()`` says which, and a
@@ -45,6 +51,7 @@ import re
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -255,7 +262,7 @@ class Retriever:
         self._signature: tuple | None = None
         self._checked_at = 0.0
         self._loaded: dict[tuple, dict] = {}  # (collection, enriched pages) -> its chunks, vectors, pages
-        self._query_embedders: dict[str, callable] = {}  # embedder name -> its embed_query, cached (see _embed_query)
+        self._query_embedders: dict[str, Callable[[str], list[float]]] = {}  # embedder name -> its embed_query, cached
         self._line_vectors: dict[tuple[str, str], np.ndarray] = {}  # (embedder, text) -> unit vector, for evidence lines
         self._lock = threading.RLock()
         self._embedder_name = models.embedder_name(self.embedder)
@@ -422,11 +429,15 @@ class Retriever:
             pages.setdefault((owner, meta["page"]), ((owner, meta["page"]), float(similarity[i]), chunk_id))
         return list(pages.values())
 
+    def _model(self, embedder: str):
+        """The embedder named ``embedder``: this retriever's own, or the multilingual one (the only other
+        a searchable document can have been made with: see ``ingest.made_with_other_embedder``)."""
+        return self.embedder if embedder == self._embedder_name else models.get_multilingual_embeddings()
+
     def _embed_query(self, embedder: str, text: str) -> np.ndarray:
         """``text`` embedded by the embedder named ``embedder``, remembered: follow-ups and evals repeat queries."""
         if embedder not in self._query_embedders:
-            model = self.embedder if embedder == self._embedder_name else models.get_multilingual_embeddings()
-            self._query_embedders[embedder] = lru_cache(maxsize=1024)(model.embed_query)
+            self._query_embedders[embedder] = lru_cache(maxsize=1024)(self._model(embedder).embed_query)
         return np.asarray(self._query_embedders[embedder](text), dtype=np.float32)
 
     def _similarity(self, question: str) -> np.ndarray:
@@ -455,8 +466,7 @@ class Retriever:
         for embedder in dict.fromkeys(name for name, _ in keys):
             missing = list(dict.fromkeys(t for name, t in keys if name == embedder and (name, t) not in self._line_vectors))
             if missing:
-                model = self.embedder if embedder == self._embedder_name else models.get_multilingual_embeddings()
-                for text, vector in zip(missing, model.embed_documents(missing)):
+                for text, vector in zip(missing, self._model(embedder).embed_documents(missing)):
                     self._line_vectors[embedder, text] = np.asarray(vector, dtype=np.float32)
         if not texts:
             return np.zeros(0, dtype=np.float32)
