@@ -473,3 +473,21 @@ def test_a_document_in_a_fully_served_language_gets_no_warning(store, embedder, 
     app = upload(AppTest.from_file(APP, default_timeout=300).run(), write_text_pdf(tmp_path / "chronik.pdf", [german]))
     assert not app.sidebar.warning
     assert "German" in sidebar_text(app)
+
+
+def test_a_question_about_the_sections_lists_each_with_its_pages_and_a_chip_to_open(store, embedder, small_model, tmp_path):
+    pdf = write_text_pdf(tmp_path / "plan.pdf", ["Background of the harbour plan.", "Budget of the works.", "More budget.", "Timetable."])
+    doc = pymupdf.open(pdf)
+    doc.set_toc([[1, "Background", 1], [1, "Budget", 2], [1, "Timetable", 4]])
+    doc.saveIncr()
+    doc.close()
+    app = upload(AppTest.from_file(APP, default_timeout=300).run(), pdf)
+    app.chat_input[0].set_value("What are the sections of this document?").run()
+    assert not app.exception
+    answer = app.chat_message[1]
+    text = shown(answer_markdown(answer))
+    assert "2. Budget (pp. 2–3) [2]" in text and "3. Timetable (p. 4) [3]" in text
+    chips = answer.button_group(key="cite-1")
+    budget = next(o for o in chips.options if shown(o).startswith("[2] plan.pdf · p. 2"))
+    chips.set_value(budget).run()
+    assert [shown(c) for c in app.chat_message[1].get("image")[0].captions] == ["plan.pdf, page 2"]
