@@ -99,7 +99,8 @@ SECTION_SYSTEM = (
 SECTION_USER = "Section title: {title}\n<section>\n{text}\n</section>\n\nIn one sentence, in {language}: what does this section cover?"
 
 # Said with a question that is not in English (language.question_language): small models drift to English.
-ANSWER_LANGUAGE = "Write the answer in {language}."
+# The refusal stays the fixed English sentence: the app recognises it (qa.is_refusal) and shows the evidence.
+ANSWER_LANGUAGE = f"Write the answer in {{language}}. If the sources do not contain it, still reply exactly: \"{REFUSAL}\""
 
 
 REWRITE_SYSTEM = (

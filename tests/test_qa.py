@@ -362,3 +362,11 @@ def test_the_log_never_holds_what_was_asked(facts, llm, caplog):
     history = [("user", "When did the railway reach the town, zanzibarquux?"), ("assistant", "In 1889 [1].")]
     qa.answer_question("And what did zanzibarquux trains bring?", retriever, llm=llm, history=history)
     assert caplog.records and not any("zanzibarquux" in r.getMessage() for r in caplog.records)
+
+
+def test_rule_the_model_is_asked_to_answer_in_the_question_s_language():
+    hit = Hit(id="c:1:0", collection="c", doc_name="a.pdf", page=1, start=0, end=10, text="Der Bahnhof wurde 1871 gebaut.")
+    german = qa.build_messages("Wann wurde der Bahnhof in der Stadt gebaut?", [hit], [])[-1].content
+    english = qa.build_messages("When was the station in the town built?", [hit], [])[-1].content
+    assert "Write the answer in German." in german and prompts.REFUSAL in german  # the refusal stays the one the app knows
+    assert "Write the answer in" not in english
