@@ -99,8 +99,9 @@ SECTION_SYSTEM = (
 SECTION_USER = "Section title: {title}\n<section>\n{text}\n</section>\n\nIn one sentence, in {language}: what does this section cover?"
 
 # Said with a question that is not in English (language.question_language): small models drift to English.
-# The refusal stays the fixed English sentence: the app recognises it (qa.is_refusal) and shows the evidence.
-ANSWER_LANGUAGE = f"Write the answer in {{language}}. If the sources do not contain it, still reply exactly: \"{REFUSAL}\""
+# Naming the refusal here as well made the 1.5B model refuse 5 and 8 of 8 questions (2 without): the
+# evidence lines shown above every answer stand for a refusal it writes in the question's language.
+ANSWER_LANGUAGE = "Write the answer in {language}."
 
 
 REWRITE_SYSTEM = (

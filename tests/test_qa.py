@@ -368,5 +368,5 @@ def test_rule_the_model_is_asked_to_answer_in_the_question_s_language():
     hit = Hit(id="c:1:0", collection="c", doc_name="a.pdf", page=1, start=0, end=10, text="Der Bahnhof wurde 1871 gebaut.")
     german = qa.build_messages("Wann wurde der Bahnhof in der Stadt gebaut?", [hit], [])[-1].content
     english = qa.build_messages("When was the station in the town built?", [hit], [])[-1].content
-    assert "Write the answer in German." in german and prompts.REFUSAL in german  # the refusal stays the one the app knows
+    assert "Write the answer in German." in german
     assert "Write the answer in" not in english
