@@ -106,7 +106,7 @@ def which_document_text(docs: list[Document], kind: str) -> str:
     more = f"\n- … and {len(docs) - config.WHOLE_DOCUMENT_LIST} more" if len(docs) > config.WHOLE_DOCUMENT_LIST else ""
     verb = "compare" if kind == "compare" else "summarise"
     return (f"Which document should I {verb}? {len(docs)} are in scope; name one in your question "
-            f"or choose it under *Search in*:\n{listed}{more}")
+            f"or choose it under *Ask only these documents* (or `documents` in the API):\n{listed}{more}")
 
 
 # -----------------------------------------------------------------------------
@@ -149,8 +149,7 @@ def gist(llm: BaseChatModel, section: Section, text: str, language: str) -> str:
 
 @dataclass
 class Reading:
-    """What a whole-document answer is made of: its text, one source per section line, what it read."""
-    text: str
+    """The sources of a whole-document answer, one per section line: what was read there."""
     sources: list[Hit]
 
 
@@ -183,7 +182,7 @@ def read_document(
     sources: list[Hit] = []
     if kind == "compare":
         yield from compare(docs[:2], retriever, sources)
-        yield Reading("", sources)
+        yield Reading(sources)
         return
     doc = docs[0]
     sections = document_outline(ingest.kept_pdf_path(doc.collection), retriever.page_titles(doc.collection), doc.pages)
@@ -211,7 +210,7 @@ def read_document(
     if out_of_time:
         yield (f"\n*The time for reading ({config.WHOLE_DOCUMENT_SECONDS} s) ran out: the sections without a sentence "
                f"were not read; their pages' labels are shown where there are any.*\n")
-    yield Reading("", sources)
+    yield Reading(sources)
 
 
 def _normal(title: str) -> str:
