@@ -315,9 +315,9 @@ def support_message(code: str | None) -> str | None:
     support_message("sv") -> "Swedish: searched by its words only — the meaning search does not know
                               Swedish, so questions worded differently from the page may miss it."
 
-    No message either when the language could not be told (``code`` None): there is nothing sure to say.
+    No message either when the language could not be told (``code`` None or ""): there is nothing sure to say.
     """
-    if code is None or support(code) == "full":
+    if not code or support(code) == "full":
         return None
     name = language_name(code)
     return (f"{name}: searched by its words only — the meaning search does not know {name}, "

@@ -491,3 +491,8 @@ def test_a_question_about_the_sections_lists_each_with_its_pages_and_a_chip_to_o
     budget = next(o for o in chips.options if shown(o).startswith("[2] plan.pdf · p. 2"))
     chips.set_value(budget).run()
     assert [shown(c) for c in app.chat_message[1].get("image")[0].captions] == ["plan.pdf, page 2"]
+
+
+def test_a_document_too_short_to_tell_its_language_gets_no_language_warning(store, embedder, three_page_pdf, small_model):
+    app = upload(AppTest.from_file(APP, default_timeout=300).run(), write_text_pdf(three_page_pdf.with_name("note.pdf"), ["A short note."]))
+    assert not app.sidebar.warning and "unknown" not in sidebar_text(app)

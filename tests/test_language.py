@@ -122,6 +122,7 @@ def test_a_language_the_embedder_does_not_know_is_searched_by_keywords():
 
 def test_a_fully_supported_language_has_no_upload_message():
     assert support_message("de") is None and support_message("en") is None and support_message(None) is None
+    assert support_message("") is None  # ingest records an unknown language as ""
 
 
 def test_a_keywords_only_language_gets_one_plain_sentence():
