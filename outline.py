@@ -82,25 +82,14 @@ def pdf_outline(pdf: pymupdf.Document) -> list[Section]:
     level = min(row[0] for row in toc)
     while sum(1 for row in toc if row[0] == level) == 1 and any(row[0] > level for row in toc):
         level += 1
-    # Parts are read one level deeper: "Part II" says less than the chapters (or a 10-K's Items) it
-    # holds. Entries of the upper level with nothing under them (a cover, an index) stay.
-    holders = [_clean(row[1]) for i, row in enumerate(toc) if row[0] == level and i + 1 < len(toc) and toc[i + 1][0] > level]
-    if holders and sum(bool(_PART.match(title)) for title in holders) * 2 > len(holders):
-        wanted = {i for i, row in enumerate(toc) if row[0] == level + 1
-                  or (row[0] == level and (i + 1 == len(toc) or toc[i + 1][0] <= level))}
-    else:
-        wanted = {i for i, row in enumerate(toc) if row[0] == level}
     starts: dict[tuple[str, int], int] = {}  # (title, start) -> level; a dict drops duplicates, keeps order
-    for i, row in enumerate(toc):
+    for row in toc:
         row_level, title, page = row[0], _clean(row[1]), row[2]
-        if i not in wanted or not title or not isinstance(page, int) or not 1 <= page <= page_count:
+        if row_level != level or not title or not isinstance(page, int) or not 1 <= page <= page_count:
             continue  # -1 / 0 is an entry that points nowhere (or outside the file)
         starts.setdefault((title, page), row_level)
     ordered = sorted(((title, start, lvl) for (title, start), lvl in starts.items()), key=lambda s: s[1])
     return _with_ends(ordered, page_count, "toc")
-
-
-_PART = re.compile(r"(part|book|volume|teil|partie|parte)\b", re.I)  # containers of chapters, not chapters
 
 
 # -----------------------------------------------------------------------------
@@ -156,17 +145,13 @@ def _lines(page: pymupdf.Page, clip: pymupdf.Rect | None = None) -> list[_Run]:
     return lines
 
 
-def _bold(run: _Run) -> bool:
-    return run.bold_chars * 2 > run.chars
-
-
 def _runs(lines: list[_Run]) -> list[_Run]:
-    """Merge each line into the one before it when both have one size and weight and touch: a title set on
-    two lines (or "1" and "Introduction" side by side) is one title; a bold title does not run into its text."""
+    """Merge each line into the one before it when both have one size and touch: a title set on two lines
+    (or "1" and "Introduction" side by side) is one title."""
     runs: list[_Run] = []
     for line in lines:
         last = runs[-1] if runs else None
-        if last and line.size == last.size and line.y0 - last.y1 <= line.size and _bold(line) == _bold(last):
+        if last and line.size == last.size and line.y0 - last.y1 <= line.size:
             runs[-1] = _Run(last.size, f"{last.text} {line.text}", last.bold_chars + line.bold_chars,
                             last.chars + line.chars, last.y0, max(last.y1, line.y1))
         else:
@@ -187,7 +172,7 @@ def _body_size(pdf: pymupdf.Document) -> float | None:
 
 
 def _is_heading(run: _Run, body: float, first_on_page: bool, middle: float) -> bool:
-    bold = _bold(run)
+    bold = run.bold_chars * 2 > run.chars
     large = run.size >= HEADING_RATIO * body or (bold and run.size >= BOLD_HEADING_RATIO * body)
     return (large and 3 <= len(run.text) <= 100 and any(c.isalpha() for c in run.text)
             and not _JUST_A_NUMBER.fullmatch(run.text) and (run.y0 < middle or first_on_page))
@@ -232,51 +217,6 @@ def heading_outline(pdf: pymupdf.Document) -> list[Section]:
         log.debug("heading outline: %d sections at %.1f pt (body %.1f pt), not a useful map", len(starts), top, body)
         return []
     return _with_ends(starts, pdf.page_count, "headings")
-
-
-# Numbered headings: "1 Introduction", "3. Methods", "Item 7. Management's Discussion" -- papers and filings
-# set them bold in the body's size, so no size tells them; their numbers, counting up, do.
-_NUMBERED = re.compile(r"(?:(?:Item|Chapter|Section|Part)\s+)?(\d{1,2})([A-C])?\.?\s+([A-Z][^.!?]{1,78})")
-CONTENTS_PAGE_HEADINGS = 4  # a page holding this many numbered headings is a table of contents
-
-
-def _numbered_headings(pdf: pymupdf.Document, body: float) -> list[tuple[tuple[int, str], _Run, int]]:
-    """Every bold line at least the body's size that opens with a section number: (number, run, page)."""
-    found = []
-    for page in pdf:
-        on_page = []
-        for run in _runs(_lines(page)):  # "1" and "Introduction" side by side are one heading
-            match = _NUMBERED.fullmatch(run.text)
-            if match and _bold(run) and run.size >= body:
-                on_page.append(((int(match.group(1)), match.group(2) or ""), run, page.number + 1))
-        if len(on_page) < CONTENTS_PAGE_HEADINGS:
-            found += on_page
-    return found
-
-
-def numbered_outline(pdf: pymupdf.Document) -> list[Section]:
-    """Sections from bold numbered headings counting up from 1 ("1 Introduction", "2 Related Work", ...),
-    with the unnumbered headings set in their exact style ("Abstract", "References"); [] when fewer than
-    three numbers count up."""
-    body = _body_size(pdf)
-    if body is None:
-        return []
-    starts, last = [], (0, "")
-    for number, run, page in _numbered_headings(pdf, body):
-        if number > last and number[0] <= last[0] + 1:  # 1, 2, 2A, 3 ...: each the next one, never back
-            starts.append((run, page))
-            last = number
-    if len(starts) < 3 or starts[0][0].text[:1] not in "1I":
-        return []
-    styles = {(run.size, _bold(run)) for run, _ in starts}
-    seen = Counter(r.text for page in pdf for r in _runs(_lines(page)))
-    plain = [(run, page.number + 1) for page in pdf for run in _runs(_lines(page))
-             if (run.size, _bold(run)) in styles and seen[run.text] == 1
-             and 3 <= len(run.text) <= 40 and run.text[:1].isupper() and not run.text.endswith(".")
-             and not _NUMBERED.fullmatch(run.text) and not any(c.isdigit() for c in run.text)]
-    ordered = sorted(starts + plain, key=lambda item: (item[1], item[0].y0))
-    sections = [(run.text, page, 1) for run, page in ordered]
-    return _with_ends(sections, pdf.page_count, "headings") if len(sections) <= MAX_SECTIONS else []
 
 
 # -----------------------------------------------------------------------------
@@ -327,7 +267,7 @@ def document_outline(pdf_path: Path | None, titles: dict[int, str], page_count: 
                     sections = pdf_outline(pdf)
                     if len(sections) >= 2:
                         return sections
-                    sections = heading_outline(pdf) or numbered_outline(pdf)
+                    sections = heading_outline(pdf)
                     if sections:
                         return sections
             finally:
