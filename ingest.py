@@ -68,12 +68,12 @@ import chromadb.errors
 import httpx
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 import config
 import models
 import prompts
-from language import detect_language
+from language import detect_language, language_name
 from extract import (  # noqa: F401  (the PDF errors are part of ingest's interface too)
     CorruptPDFError,
     DamagedPagesError,
@@ -787,8 +787,27 @@ class _LabellingCancelled(Exception):
     pass
 
 
+def label_messages(number: int, texts: dict[int, str], language: str | None = None) -> list[BaseMessage]:
+    """The prompt that asks for page ``number``'s label, its neighbours as context.
+
+    Rule: a page is labelled in its document's language, because its label is searched with that
+    language's words and shown to the people who read it (English documents keep the plain prompt).
+    """
+    user = prompts.ENRICH_USER.format(
+        page_number=number,
+        page=fence_text(texts[number][: config.ENRICH_PAGE_CHARS]),
+        previous=fence_text(texts.get(number - 1, "(none)")[-config.ENRICH_NEIGHBOUR_CHARS :]),
+        next=fence_text(texts.get(number + 1, "(none)")[: config.ENRICH_NEIGHBOUR_CHARS]),
+    )
+    system = prompts.ENRICH_SYSTEM
+    if language and language != "en":
+        system += prompts.ENRICH_LANGUAGE.format(language=language_name(language))
+    return [SystemMessage(system), HumanMessage(user)]
+
+
 def _label_page(
-    llm: BaseChatModel, number: int, texts: dict[int, str], cancel: threading.Event | None = None
+    llm: BaseChatModel, number: int, texts: dict[int, str], cancel: threading.Event | None = None,
+    language: str | None = None,
 ) -> tuple[str, list[str]] | None:
     """Ask the LLM for one page's title and keywords; None after two unusable replies.
 
@@ -798,13 +817,7 @@ def _label_page(
     while waiting, or during an embedded model's call (BackgroundCancelled, when
     ``llm`` came from ``models.for_background_json(..., cancel=cancel)``), ends it too.
     """
-    user = prompts.ENRICH_USER.format(
-        page_number=number,
-        page=fence_text(texts[number][: config.ENRICH_PAGE_CHARS]),
-        previous=fence_text(texts.get(number - 1, "(none)")[-config.ENRICH_NEIGHBOUR_CHARS :]),
-        next=fence_text(texts.get(number + 1, "(none)")[: config.ENRICH_NEIGHBOUR_CHARS]),
-    )
-    messages = [SystemMessage(prompts.ENRICH_SYSTEM), HumanMessage(user)]
+    messages = label_messages(number, texts, language)
     attempts = 0
     while attempts < 2:
         models.QUESTIONS.wait_until_none(cancel)
@@ -858,7 +871,7 @@ def enrich_document(
     failed = collection.metadata.get("label_failed_pages", 0)
     for count, number in enumerate(todo, 1):
         try:
-            label = _label_page(llm, number, texts, cancel)
+            label = _label_page(llm, number, texts, cancel, collection.metadata.get("language"))
         except _LabellingCancelled:
             log.info("Enrichment of %s cancelled after %d pages", collection.name, count - 1)
             return count - 1

@@ -18,6 +18,9 @@ ENRICH_SYSTEM = (
     "Give 3 to 8 keywords: names, terms, numbers or codes that someone would search for."
 )
 
+# Added for a document not in English: a label is searched with the document's words and read by its readers.
+ENRICH_LANGUAGE = " Write the title and keywords in {language}, the language of the page."
+
 ENRICH_USER = """Previous page (context only):
 <page>{previous}</page>
 

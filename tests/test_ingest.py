@@ -14,6 +14,7 @@ import pytest
 import config
 import ingest
 import models
+import prompts
 from conftest import OTHER_EMBEDDER, bench_file, image_only_page, pretend_made_by, write_text_pdf
 from extract import Page
 
@@ -437,6 +438,15 @@ def test_parse_enrichment_is_forgiving_but_not_gullible():
     assert ingest.parse_enrichment('{"title": "X", "keywords": "a, b"}') == ("X", ["a", "b"])
     assert ingest.parse_enrichment("Title: Revenue") is None
     assert ingest.parse_enrichment('{"title": ""}') is None
+
+
+def test_a_page_is_labelled_in_its_documents_language():
+    texts = {1: "Vorwort", 2: "Pakete installiert man mit apt.", 3: "Weiter"}
+    german = ingest.label_messages(2, texts, "de")
+    assert german[0].content.endswith("Write the title and keywords in German, the language of the page.")
+    assert "Pakete installiert man mit apt." in german[1].content and "Vorwort" in german[1].content
+    for english in ("en", None):  # an English document keeps the plain prompt
+        assert ingest.label_messages(2, texts, english)[0].content == prompts.ENRICH_SYSTEM
 
 
 def test_enrichment_labels_pages_after_search_works_and_resumes(store, embedder, llm, tmp_path):
