@@ -12,7 +12,8 @@ The pipeline (reading the PDF itself lives in ``extract.py``):
          -> embed the raw chunk text -> add to the collection    (in page batches)
          -> mark the collection complete                          (written last)
          -> enrich_document(): LLM title + keywords per page      (after; resumable; the app runs
-                                                                   it in a BackgroundEnricher thread)
+                                                                   it in a BackgroundEnricher thread;
+                                                                   written in the document's language)
 
 Crash safety: a collection is created with status "ingesting" and only gets
 status "complete" (with its counts) as the very last write. Anything that finds

@@ -449,6 +449,23 @@ def test_a_page_is_labelled_in_its_documents_language():
         assert ingest.label_messages(2, texts, english)[0].content == prompts.ENRICH_SYSTEM
 
 
+def test_a_german_document_is_labelled_with_the_german_prompt(store, embedder, llm, tmp_path, monkeypatch):
+    pdf = write_text_pdf(tmp_path / "de.pdf", [
+        "Die Paketverwaltung lädt die Archive aus dem Netz und legt sie im Zwischenspeicher ab. "
+        "Mit apt-get clean wird dieser Zwischenspeicher geleert, wenn der Platz auf der Platte knapp wird. "
+        "Ältere Versionen der Pakete werden dabei nicht mehr gebraucht, denn sie sind längst installiert. "
+        "Wer die Archive behalten möchte, sollte sie vorher in ein anderes Verzeichnis kopieren.",
+    ])
+    result = ingest.ingest_pdf(pdf, store, embedder)
+    col = ingest.open_collection(store, result.collection, embedder)
+    assert col.metadata["language"] == "de"
+    asked = []
+    real = ingest.label_messages
+    monkeypatch.setattr(ingest, "label_messages", lambda *args: asked.append(real(*args)) or asked[-1])
+    assert ingest.enrich_document(col, llm) == 1
+    assert asked and asked[0][0].content.endswith("in German, the language of the page.")
+
+
 def test_enrichment_labels_pages_after_search_works_and_resumes(store, embedder, llm, tmp_path):
     pdf = write_text_pdf(
         tmp_path / "two.pdf",
