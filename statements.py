@@ -73,12 +73,40 @@ _STATEMENT_HEADING = {name: re.compile(rf"^\W*(?:consolidated\s+|combined\s+)?(?
 
 
 def statements_headed(page_text: str) -> list[str]:
-    """Rule: a statement's page is headed by its name on a line of its own.
-    The financial statements a page is headed by: a short line that names one.
+    """Rule: a statement's page is headed by its name on a line of its own, at the top of the page.
+    The financial statements a page is headed by: a short line that names one, in the page's head.
 
     statements_headed("CONSOLIDATED STATEMENTS OF CASH FLOWS\n(in millions)\n...") -> ["cash flow statement"]
+    statements_headed("Note 4. Leases\nCosts were as follows:\n2022\n1,234\nBalance Sheet Location\n...") -> []
     """
-    return [name for name, heading in _STATEMENT_HEADING.items() if heading.search(page_text)]
+    head = page_head(page_text)
+    return [name for name, heading in _STATEMENT_HEADING.items() if heading.search(head)]
+
+
+_LOWER_WORD = re.compile(r"\b[a-z][a-z'-]+\b")
+PROSE_WORDS = 6  # a line with this many lower-case words is a sentence, not a heading or a cell
+
+
+def page_head(page_text: str) -> str:
+    """The lines that head a page: up to its first sentence of prose, or before its first row of figures.
+    A table's column head ("Balance Sheet Location") or a note's sentence naming a statement comes after
+    them, so it heads nothing.
+
+    page_head("Table of Contents\n62\nCONSOLIDATED BALANCE SHEETS\nCash\n1,258\n2,003\n...")
+    -> "Table of Contents\n62\nCONSOLIDATED BALANCE SHEETS\nCash\n1,258"
+    """
+    head: list[str] = []
+    figures_in_a_row = 0
+    for line in (line.strip() for line in page_text.splitlines()):
+        if not line:
+            continue
+        figures_in_a_row = figures_in_a_row + 1 if FIGURE_CELL.match(line) and line != "$" else 0
+        if figures_in_a_row == 2:
+            break
+        head.append(line)
+        if len(_LOWER_WORD.findall(line)) >= PROSE_WORDS:
+            break
+    return "\n".join(head)
 
 
 MIN_STATEMENT_ROWS = 5  # line items with a figure for two periods or more

@@ -70,3 +70,17 @@ def test_a_statement_heading_is_a_line_of_its_own_not_a_sentence_that_names_it()
     assert statements_headed("CONSOLIDATED BALANCE SHEETS\n(in millions)") == ["balance sheet"]
     assert statements_headed("Deferred taxes are included in the\nConsolidated Balance Sheets.") == []
     assert statements_headed("CONSOLIDATED STATEMENTS OF COMPREHENSIVE INCOME") == ["statement of comprehensive income"]
+
+
+def test_a_statement_heading_is_at_the_top_of_its_page_not_a_column_head_below_its_prose_or_figures():
+    # the heading after a page number and the company's name heads the page
+    assert statements_headed("Table of Contents\n62\nACME INC.\nCONSOLIDATED STATEMENTS OF INCOME\n2016\n2015") == ["income statement"]
+    # a note's sentence, then a table whose column head names a statement: the page is a note, not the statement
+    note = ("NOTES TO CONSOLIDATED FINANCIAL STATEMENTS (Continued)\n"
+            "Stock-based compensation costs included in our statements for fiscal 2016 were as follows:\n"
+            "Income Statement Classifications\nCost of revenue\n1,474\n1,449")
+    assert statements_headed(note) == []
+    # a table of leases: rows of figures come first, the column head "Balance Sheet Location" later
+    leases = "Leases\nOperating lease assets\n2,500\n2,600\nFinance lease assets\n90\n80\nBalance Sheet Location\nOther assets"
+    assert statements_headed(leases) == []
+    assert statements.statement_page(leases + "\n" + "\n".join(f"Row {i}\n{i},000\n{i},100" for i in range(6))) == []
