@@ -52,6 +52,10 @@ _QUESTION_NAME = re.compile(rf"\b(?!(?:{MONTHS})\b)[A-Z][\w&-]*(?:['’]s\b)?")
 _POSSESSIVE = re.compile(r"['\u2019]s$")
 _SENTENCE_START = re.compile(r"(?:^|[.?!:;]\s+|\n)$")
 _FILE_WORD = re.compile(r"[A-Za-z]{3,}")
+# The period a report covers, as its cover states it: "For the fiscal year ended December 31, 2022",
+# "for the quarterly period ended June 30, 2023", "Three months ended December 31, 2022".
+_PERIOD_ENDED = re.compile(rf"\b(?:year|period|quarter|months|weeks)\s+ended\s+(?:(?:{MONTHS})\.?\s+\d{{1,2}},?\s+)?((?:19|20)\d\d)\b",
+                           re.IGNORECASE)
 # A word in lower case outside web and mail addresses ("costco" of "costco.com" is still a name).
 _LOWER_WORD = re.compile(r"(?<![\w./@-])[a-z][a-z-]*(?![\w/@]|\.[a-z])")
 
@@ -78,6 +82,7 @@ class DocumentProfile:
     year_style: str = "plain"  # how the document writes fiscal years: "fy" FY2019, "fiscal" fiscal 2019, "plain" 2019
     file_words: set[str] = field(default_factory=set)  # the words of its file name, which its owner chose
     lower_words: set[str] = field(default_factory=set)  # the words it writes in lower case somewhere
+    own_year: str = ""  # the year of the period its cover says it reports ("for the fiscal year ended June 30, 2023")
 
 
 def acronyms_in(text: str) -> set[str]:
@@ -230,8 +235,9 @@ def document_profile(doc_name: str, first_pages: list[str], all_text: str = "", 
     years = [year for year, _ in Counter(years_named(head)).most_common()]
     doc_type = next((name for name, pattern in DOC_TYPES if re.search(pattern, head, re.IGNORECASE | re.DOTALL)), "")
     acronyms = acronyms_in(head) - common  # "TO" on a cover page is the word "to" in capitals
+    own = _PERIOD_ENDED.search(head)
     return DocumentProfile(title[:120], names | file_words, acronyms, years, doc_type, year_style(all_text or head),
-                           file_words, common)
+                           file_words, common, own.group(1) if own else "")
 
 
 def distinctive_words(profiles: dict[str, DocumentProfile]) -> dict[str, float]:
@@ -252,13 +258,16 @@ def route(question_words: set[str], question_acronyms: set[str], question_years:
           profiles: dict[str, DocumentProfile], weights: dict[str, float]) -> dict[str, float]:
     """Rule: pages of the documents a question names are searched first; no document is dropped.
     Rule: an acronym of a document is named only by a word the question writes in capitals ("Mr" is no "MR").
+    Rule: a question about several years is about the report of the latest (it prints the earlier ones too).
     {collection: score} for the documents the question names, best first; empty when it names none.
 
     A document is named by a distinctive word of its profile; a year on its first
     pages only adds to a document already named (years alone name nothing). When the
     question names a year and some named documents carry it on their first pages, only
     those are kept: "Best Buy's FY2019 inventories" is about the FY2019 filing, not
-    about every Best Buy filing. Only documents within half of the best score are kept.
+    about every Best Buy filing. Of those, when one's cover reports the latest year the question
+    names, the reports of other periods go (a report prints the years before its own, for comparison),
+    and documents whose cover states no period stay. Only documents within half of the best score are kept.
     """
     if len(profiles) < 2:
         return {}
@@ -269,6 +278,10 @@ def route(question_words: set[str], question_acronyms: set[str], question_years:
         if score > 0:
             scores[collection] = score + 0.5 * len(set(question_years) & set(profile.years))
     of_the_year = {c: s for c, s in scores.items() if set(question_years) & set(profiles[c].years)}
+    # a report prints the years before its own beside it: FY2015 and FY2016 are both in the FY2016 10-K
+    latest = max(question_years, default="")
+    if any(profiles[c].own_year == latest for c in of_the_year):  # a cover stating no period leaves it open
+        of_the_year = {c: s for c, s in of_the_year.items() if profiles[c].own_year in (latest, "")}
     scores = of_the_year or scores
     best = max(scores.values(), default=0.0)
     return dict(sorted(((c, s) for c, s in scores.items() if s >= best / 2), key=lambda item: -item[1]))

@@ -129,3 +129,17 @@ def test_in_german_a_capitalised_noun_is_no_name():
     assert "verbindung" not in german.names and german.names == {"kurz"}  # the file name's word
     assert "verbindung" in document_profile("l2kurz.pdf", cover, "Eine kurze Beschreibung.").names  # as English, it would be
 
+
+
+def test_a_question_about_several_years_is_about_the_report_of_the_latest():
+    """A report prints the year before its own beside it: FY2015 and FY2016 figures are both in the FY2016 10-K."""
+    profiles = {year: document_profile(f"ADOBE_{year}_10K.pdf", filing("Adobe Systems Incorporated", year) + [f"Fiscal {int(year) - 1}"])
+                for year in ("2015", "2016")}
+    profiles["8k"] = document_profile("ADOBE_8K.pdf", ["FORM 8-K\nAdobe Systems Incorporated\nDate of report: March 1, 2016"])
+    for number in range(30):  # a library in which three Adobe documents are few
+        profiles[f"other{number}"] = document_profile(f"OTHER{number}_2016_10K.pdf", filing(f"Zeta{number} Corporation", "2016"))
+    weights = distinctive_words(profiles)
+    assert profiles["2016"].own_year == "2016" and profiles["8k"].own_year == ""  # "For the fiscal year ended August 29, 2016"
+    assert set(route({"adobe"}, set(), ["2015", "2016"], profiles, weights)) == {"2016", "8k"}  # an 8-K states no period
+    assert set(route({"adobe"}, set(), ["2015"], profiles, weights)) == {"2015"}  # not the 2016 report that compares with it
+    assert set(route({"adobe"}, set(), ["2013"], profiles, weights)) == {"2015", "2016", "8k"}  # none carries it: all named
