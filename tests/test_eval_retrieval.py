@@ -43,6 +43,11 @@ def test_a_line_of_fewer_than_six_words_counts_only_whole_and_contiguous():
     assert line_in_quotes("sale of PP&E and", [CASH_FLOW_QUOTE])  # 5 words, in the quote in this order
     assert line_in_quotes("(1,577) (1,373)", [CASH_FLOW_QUOTE])  # "1 577 1 373": contiguous in the quote
     assert not line_in_quotes("Proceeds from PP&E", [CASH_FLOW_QUOTE])  # all quoted, but not one after another
+    # a quote the benchmark extracted with its spaces lost: a whole line of it still counts, in order
+    glued = "ConsolidatedStatementsofIncome\nNetsales\n$\n14,082\nCostofsales\n9,019\n7,772\n7,468"
+    assert line_in_quotes("Cost of sales 9,019 7,772 7,468", [glued])
+    assert not line_in_quotes("Cost of sales 9,019 7,468 7,772", [glued])  # not in the quote's order
+    assert not line_in_quotes("sales 9,019", [glued])  # a short line is judged by its words, as before
     assert not line_in_quotes("Purchases of land", [CASH_FLOW_QUOTE])
     assert not line_in_quotes("3M", ["13M shares"])  # whole words: "3m" is not the word "13m"
     assert not line_in_quotes("— —", [CASH_FLOW_QUOTE])  # no words at all
