@@ -18,6 +18,14 @@ def test_bench_times_question_to_evidence_lines(store, embedder, three_page_pdf,
     assert 0 < row["search_p50_ms"] < row["evidence_p50_ms"] <= row["evidence_p90_ms"]
 
 
+def test_bench_times_each_leg_of_a_search(store, embedder, three_page_pdf, monkeypatch):
+    monkeypatch.setattr(models, "get_embeddings", lambda: embedder)
+    ingest.ingest_pdf(three_page_pdf, store, embedder)
+    row = bench.time_retrieval(store, ["Who kept the lighthouse?", "What did the fleet land?"])
+    assert row["chunks"] > 0 and all(row[f"{leg}_p50_ms"] >= 0 for leg in ("embed", "semantic", "bm25", "fuse", "total"))
+    assert row["total_p50_ms"] >= row["semantic_p50_ms"]
+
+
 def test_the_model_flags_name_one_model_of_a_backend_or_keep_the_list_of_embedded_names(monkeypatch):
     parser = argparse.ArgumentParser()
     bench.add_model_flags(parser, ["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
