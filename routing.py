@@ -48,10 +48,10 @@ _CAPITALISED = re.compile(r"\b[A-Z][\w&'-]*")
 _STANDALONE_ACRONYM = re.compile(r"(?<![\w-])[A-Z][A-Z0-9&]{1,5}(?![\w-])")
 _WORD = re.compile(r"[A-Za-z]+")
 # A word written as a name in a question: capitalised or in capitals (not a month), possessive dropped.
-_QUESTION_NAME = re.compile(rf"\b(?!(?:{MONTHS})\b)[A-Z][\w&-]*(?:['’]s\b)?")
+_QUESTION_NAME = re.compile(rf"\b(?!(?:{MONTHS})\b)(?:[A-Z]|\d[A-Z]+\b)[\w&-]*(?:['’]s\b)?")  # "3M" is a name too
 _POSSESSIVE = re.compile(r"['\u2019]s$")
 _SENTENCE_START = re.compile(r"(?:^|[.?!:;]\s+|\n)$")
-_FILE_WORD = re.compile(r"[A-Za-z]{3,}")
+_FILE_WORD = re.compile(r"[A-Za-z]{3,}|(?<![A-Za-z0-9])\d[A-Za-z]+(?![A-Za-z0-9])")  # "3M" of "3M_2018_10K.pdf"
 # The period a report covers, as its cover states it: "For the fiscal year ended December 31, 2022",
 # "for the quarterly period ended June 30, 2023", "Three months ended December 31, 2022".
 _PERIOD_ENDED = re.compile(rf"\b(?:year|period|quarter|months|weeks)\s+ended\s+(?:(?:{MONTHS})\.?\s+\d{{1,2}},?\s+)?((?:19|20)\d\d)\b",
@@ -164,7 +164,7 @@ def expand_acronyms(question: str, expansions: dict[str, str]) -> str:
 
 
 def names_in_question(question: str, stopwords: frozenset[str] = frozenset()) -> set[str]:
-    """Rule: only what a question writes as a name can name a document.
+    """Rule: only what a question writes as a name can name a document; a name may begin with a digit ("3M").
     The words a question writes as names, lower-cased: the first word of each run of
     capitalised words. A sentence's first word is capitalised anyway: it opens a name only
     when it is written in capitals or a run goes on after it, and never when it is a stopword.

@@ -143,3 +143,10 @@ def test_a_question_about_several_years_is_about_the_report_of_the_latest():
     assert set(route({"adobe"}, set(), ["2015", "2016"], profiles, weights)) == {"2016", "8k"}  # an 8-K states no period
     assert set(route({"adobe"}, set(), ["2015"], profiles, weights)) == {"2015"}  # not the 2016 report that compares with it
     assert set(route({"adobe"}, set(), ["2013"], profiles, weights)) == {"2015", "2016", "8k"}  # none carries it: all named
+
+
+def test_a_name_may_begin_with_a_digit():
+    assert "3m" in names_in_question("What drove operating margin change as of FY2022 for 3M?", STOPWORDS)
+    assert "3m" in names_in_question("What were 3M's capital expenditures?", STOPWORDS)
+    assert "3m" in document_profile("3M_2018_10K.pdf", filing("3M Company", "2018")).names
+    assert document_profile("2310.07609v1.pdf", ["A paper"]).names == set()  # an arXiv number is no name
