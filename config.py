@@ -210,7 +210,6 @@ RRF_K = _env("RRF_K", 60)  # Reciprocal Rank Fusion constant: 1 / (RRF_K + rank)
 INDEX_CHECK_SECONDS = _env("INDEX_CHECK_SECONDS", 5.0)  # how often search looks for documents added elsewhere
 # The retrieval's optional steps (page references, seats, question parsing, routing...) are not settings:
 # they are always on, and eval_retrieval.py switches them off one at a time to measure each (retriever.STEPS).
-ROUTE_BOOST = _env("ROUTE_BOOST", 0.3)  # a named document's pages get their fused score times (1 + this)
 ROUTE_MAX_SHARE = _env("ROUTE_MAX_SHARE", 0.1)  # a profile word names a document only if at most this share of documents have it
 PROFILE_CHARS = _env("PROFILE_CHARS", 1500)  # characters of each of the first pages read into a document's profile
 PROFILE_PAGES = _env("PROFILE_PAGES", 2)  # first pages read into a document's profile

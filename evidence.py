@@ -9,11 +9,13 @@
                       ("Purchases of PP&E\\n(1,577)\\n(1,373)"), or a Markdown row; read with its column
                       heads ("2018: (1,577) · 2017: (1,373)") and the table's heading above it
       -> how many lines each page shows, in search order: half of those still to show (3 -> 2 + 1)
-      -> two rankings of the lines of those pages, as for pages:
+      -> rankings of the lines of those pages, as for pages:
            keywords   BM25 over those lines (the question's words, numbers, years; a word printed on
                       most of a document's pages, like its company's name, left out)
            meaning    cosine of the question and the line's text, both embedded
-      -> Reciprocal Rank Fusion of the two; each page shows its best lines
+         and, when the question asks a textbook measure ("quick ratio"), a third:
+           measure    the rows labelled with the line items it is computed from (statements.py)
+      -> Reciprocal Rank Fusion of them; each page shows its best lines
       -> each line a Hit whose [start, end) is the line's span on its page (for highlighting)
          and whose text is the line as read (row label, column heads, heading)
 
@@ -32,6 +34,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 import config
+import statements
 from question import parse_question
 from retriever import Hit, Retriever, SparseBM25, page_text, rrf
 from text_utils import FIGURE_CELL, is_period_cell, keyword_tokens
@@ -53,6 +56,7 @@ class Line:
     end: int
     kind: str  # "sentence", "heading", "item", "row"
     text: str  # as read: a row with its heading and column heads
+    label: str = ""  # a row's own label ("Net sales"), without heading or figures
 
 
 def _physical_lines(text: str) -> list[tuple[int, int]]:
@@ -146,13 +150,14 @@ def page_lines(text: str) -> list[Line]:
             flush_paragraph()
             end = physical[figures_after[-1]][1]
             figures = [text[physical[f][0] : physical[f][1]].replace(" ", "") for f in figures_after]
-            lines.append(Line(s, end, "row", row_text(heading, _joined(cell), figures, years)))
+            lines.append(Line(s, end, "row", row_text(heading, _joined(cell), figures, years), _joined(cell)))
             i = j
             continue
         if cell.startswith("|") and cell.endswith("|"):  # a Markdown table row (EXTRACTOR=layout)
             flush_paragraph()
             first_row = i == 0 or not text[physical[i - 1][0]].startswith("|")  # the column heads: they name, they state nothing
-            lines.append(Line(s, e, "heading" if first_row else "row", _markdown_row_text(text, physical, i, heading)))
+            label = cell.strip("|").split("|")[0].strip()
+            lines.append(Line(s, e, "heading" if first_row else "row", _markdown_row_text(text, physical, i, heading), label))
             i += 1
             continue
         if kinds[i] in ("figure", "filler"):  # figures with no label above them: part of nothing
@@ -222,17 +227,30 @@ def page_quotas(n: int, pages: int) -> list[int]:
     return quotas
 
 
-def fuse_lines(keyword: np.ndarray, meaning: np.ndarray) -> np.ndarray:
+def fuse_lines(keyword: np.ndarray, meaning: np.ndarray, measure: np.ndarray | None = None) -> np.ndarray:
     """One score per line: Reciprocal Rank Fusion of its keyword rank and its meaning rank. A line sharing
-    no word with the question still ranks by meaning: a paraphrase is evidence too.
+    no word with the question still ranks by meaning: a paraphrase is evidence too. ``measure`` marks the
+    rows a measure asked for is computed from (``measure_rows``): a third ranking, in keyword order.
 
     fuse_lines(np.array([2.0, 0.0]), np.array([0.1, 0.9])) -> both lines tied (each leads one ranking)
     """
     ids = [str(i) for i in range(len(keyword))]
     by_keyword = [ids[i] for i in np.argsort(-keyword, kind="stable") if keyword[i] > 0]
     by_meaning = [ids[i] for i in np.argsort(-meaning, kind="stable")]
-    fused = rrf([by_keyword, by_meaning])
+    by_measure = [ids[i] for i in np.argsort(-keyword, kind="stable") if measure is not None and measure[i]]
+    fused = rrf([by_keyword, by_meaning] + ([by_measure] if by_measure else []))
     return np.array([fused.get(i, 0.0) for i in ids])
+
+
+def measure_rows(question: str, lines: list[Line]) -> np.ndarray:
+    """Rule: a measure's evidence is the statement rows it is computed from ("quick ratio": cash, receivables,
+    current liabilities), whatever words the question shares with them.
+    For each line, whether it is a row labelled with one of those line items.
+
+    measure_rows("What is the current ratio?", [row "Assets · Total current assets · 2021: 26,291", sentence]) -> [True, False]
+    """
+    items = statements.measure_items(question)
+    return np.array([line.kind == "row" and any(item.fullmatch(line.label) for item in items) for line in lines], dtype=bool)
 
 
 def keyword_scores(query: str, collections: list[str], texts: list[str], retriever: Retriever) -> np.ndarray:
@@ -278,7 +296,7 @@ def best_lines(
     texts = [hit.text for hit, _, _ in candidates]
     keyword = keyword_scores(query, [hit.collection for hit, _, _ in candidates], texts, retriever)
     meaning = retriever.similarities(query, texts, [hit.collection for hit, _, _ in candidates])
-    fused = fuse_lines(keyword, meaning)
+    fused = fuse_lines(keyword, meaning, measure_rows(question, [line for _, line, _ in candidates]))
     ranked = np.argsort(-fused, kind="stable")
     chosen = [i for page_rank, quota in shown_pages for i in [i for i in ranked if candidates[i][2] == page_rank][:quota]]
     # fewer pages than shares (a one-page document): the pages read show more rather than fewer lines in all

@@ -15,7 +15,7 @@ One question flows like this:
              -> fusion (RRF, with a seat for each leg's best page by default,
                 and for each statement the question names or its measure is computed
                 from; such a statement's page then leads: the answer is printed there)
-             -> routing: documents the question names get a boost (none is dropped)
+             -> routing: documents the question names are searched first; the library fills the rest
              -> top-k pages, each shown as its best passage, with a trace
 
 The keyword leg exists because dense vectors blur exact terms (product codes,
@@ -223,7 +223,7 @@ class Hit:
     title: str = ""
     keywords: str = ""
     ocr_boxes: str = ""  # JSON line boxes when the page was OCR'd (for highlighting)
-    score: float = 0.0  # fused score (RRF or normalised scores, times the routing boost)
+    score: float = 0.0  # fused score (RRF or normalised scores)
     trace: dict = field(default_factory=dict)  # semantic_rank/score, bm25_rank/score, page_ref_rank, statement_rank, fused, routed, seat
 
 
@@ -294,7 +294,7 @@ class Retriever:
         text = " ".join(page_texts.values())
         first_pages = [page_texts[page] for page in sorted(page_texts)[: config.PROFILE_PAGES]]
         return {
-            "profile": document_profile(col.metadata.get("doc_name", name), first_pages, text),
+            "profile": document_profile(col.metadata.get("doc_name", name), first_pages, text, language),
             "page_names": {page: set(names_with_initials(text) + row_labels_with_initials(text)) for page, text in page_texts.items()},
             "page_written": {page: acronyms_written(text) for page, text in page_texts.items()},
             "statement_pages": {page: statement_page(text) for page, text in page_texts.items() if statement_page(text)},
@@ -547,7 +547,7 @@ class Retriever:
     def named_documents(self, query: str, scope: list[str] | None) -> dict[str, float]:
         """{collection: routing score} of the in-scope documents the question names (see routing.py)."""
         profiles = {name: self._profiles[name] for name in self._in_scope(scope)}
-        return route(names_in_question(query, STOPWORDS), years_named(query), profiles, self._route_weights)
+        return route(names_in_question(query, STOPWORDS), acronyms_asked(query), years_named(query), profiles, self._route_weights)
 
     def _index_acronyms(self) -> None:
         """Which pages carry a name with given initials and which write them as an acronym."""
@@ -631,8 +631,8 @@ class Retriever:
         "rrf" ranks by reciprocal ranks; "seats" also keeps each leg's best
         page; "margin" weighs each leg by how far its winner leads; "score" adds each
         leg's normalised scores (see ``fuse``). ``keyword_seat`` keeps the keyword leg's best page in
-        the results even when fusion ranks it below k. ``routing`` multiplies
-        the fused score of pages of documents the question names (routing.py). ``acronyms``
+        the results even when fusion ranks it below k. ``routing`` searches the
+        documents the question names first and fills the rest from the library (routing.py). ``acronyms``
         follows each acronym with the name whose initials it is on the page sharing
         the question's words, so "TWS" also searches "Tomorrow's Workplace Skills" (``spelled_out``).
 
@@ -665,12 +665,7 @@ class Retriever:
                     trace[key][f"{leg}_rank"] = rank
                     if leg in ("semantic", "bm25"):
                         trace[key][f"{leg}_score"] = round(score, 4)
-            if routing and mode == "hybrid" and (scope is None or len(scope) > 1):
-                for name, score in self.named_documents(query, scope).items():
-                    for key in fused:
-                        if key[0] == name:
-                            fused[key] *= 1 + config.ROUTE_BOOST
-                            trace[key].update(routed=round(score, 2), fused=fused[key])
+            named_docs = self.named_documents(query, scope) if routing and mode == "hybrid" else {}
             top = by_fusion = sorted(fused, key=lambda key: -fused[key])[:k]
             if mode == "hybrid":
                 seats = [legs["bm25"][:1]] * keyword_seat + [legs["semantic"][:1]] * (fusion == "seats")
@@ -682,10 +677,23 @@ class Retriever:
                 # the statement the question names is where its answer is printed: its page leads
                 top = [key for key in named_statements if key in top] + [key for key in top if key not in named_statements]
             best_chunk = {key: chunk_id for key, _, chunk_id in semantic}
-            return [
-                self._hit(best_chunk.get(key) or self._best_keyword_chunk(key, query), fused[key], trace[key])
-                for key in top
-            ]
+            hits = [self._hit(best_chunk.get(key) or self._best_keyword_chunk(key, query), fused[key], trace[key]) for key in top]
+            if named_docs and len(named_docs) < len(self._in_scope(scope)):
+                hits = self._named_first(named_docs, hits, k, lambda named: self.search(
+                    question, k, named, mode, page_refs, keyword_seat, question_parsing, fusion, False, statement_hints, acronyms))
+            return hits
+
+    @staticmethod
+    def _named_first(named_docs: dict[str, float], library_hits: list[Hit], k: int,
+                     search_named: Callable[[list[str]], list[Hit]]) -> list[Hit]:
+        """Rule: a question that names documents is answered from them first; the library's best fill what is left.
+        "What were Best Buy's FY2019 inventories?" across 47 filings: Best Buy's FY2019 pages, whatever
+        other filings' inventory pages score (routing.py says which documents a question names)."""
+        first = search_named(list(named_docs))
+        for hit in first:
+            hit.trace["routed"] = round(named_docs[hit.collection], 2)
+        shown = {(hit.collection, hit.page) for hit in first}
+        return (first + [hit for hit in library_hits if (hit.collection, hit.page) not in shown])[:k]
 
     def page_passages(self, collection: str, page: int) -> list[Hit]:
         """Every stored chunk of one page, in reading order (``context.py`` picks what the model reads)."""

@@ -16,12 +16,13 @@ Across a library of similar documents (ten annual reports), the same statement
 names and boilerplate repeat in every one; the company and the year in the
 question are what pick the document. A profile word counts only when few
 documents have it (ROUTE_MAX_SHARE), so "report" or "2021" name nothing while
-"Costco", "NIKE" or "PRC" (Pew Research Center) do. The retriever then favours
-the pages of named documents; it never drops a document the question does not
-name.
+"Costco", "NIKE" or "PRC" (Pew Research Center) do. The retriever then searches
+the named documents first and fills what is left of the results from the whole
+library, so a wrong name costs places, and a right one keeps other filings' look-alike
+pages (every 10-K has an inventories line) out of the way.
 
 Deliberately simple: no entity recogniser; a name is a capitalised word on the
-first pages that the document never writes in lower case ("Costco", "Pew", not
+first pages that no document of the library writes in lower case ("Costco", "Pew", not
 "Chairman" or "Board") or a file-name word, an acronym is the initials of a run of
 capitalised words, with and without a legal suffix ("Pew Research Center" ->
 "prc"; "Travelers Insurance Company" -> "ti", "tic"), a table row label's initials ("Long-term
@@ -47,10 +48,14 @@ _CAPITALISED = re.compile(r"\b[A-Z][\w&'-]*")
 _STANDALONE_ACRONYM = re.compile(r"(?<![\w-])[A-Z][A-Z0-9&]{1,5}(?![\w-])")
 _WORD = re.compile(r"[A-Za-z]+")
 # A word written as a name in a question: capitalised or in capitals (not a month), possessive dropped.
-_QUESTION_NAME = re.compile(rf"\b(?!(?:{MONTHS})\b)[A-Z][\w&-]*(?:['’]s\b)?")
+_QUESTION_NAME = re.compile(rf"\b(?!(?:{MONTHS})\b)(?:[A-Z]|\d[A-Z]+\b)[\w&-]*(?:['’]s\b)?")  # "3M" is a name too
 _POSSESSIVE = re.compile(r"['\u2019]s$")
 _SENTENCE_START = re.compile(r"(?:^|[.?!:;]\s+|\n)$")
-_FILE_WORD = re.compile(r"[A-Za-z]{3,}")
+_FILE_WORD = re.compile(r"[A-Za-z]{3,}|(?<![A-Za-z0-9])\d[A-Za-z]+(?![A-Za-z0-9])")  # "3M" of "3M_2018_10K.pdf"
+# The period a report covers, as its cover states it: "For the fiscal year ended December 31, 2022",
+# "for the quarterly period ended June 30, 2023", "Three months ended December 31, 2022".
+_PERIOD_ENDED = re.compile(rf"\b(?:year|period|quarter|months|weeks)\s+ended\s+(?:(?:{MONTHS})\.?\s+\d{{1,2}},?\s+)?((?:19|20)\d\d)\b",
+                           re.IGNORECASE)
 # A word in lower case outside web and mail addresses ("costco" of "costco.com" is still a name).
 _LOWER_WORD = re.compile(r"(?<![\w./@-])[a-z][a-z-]*(?![\w/@]|\.[a-z])")
 
@@ -75,6 +80,9 @@ class DocumentProfile:
     years: list[str] = field(default_factory=list)  # most frequent first
     doc_type: str = ""
     year_style: str = "plain"  # how the document writes fiscal years: "fy" FY2019, "fiscal" fiscal 2019, "plain" 2019
+    file_words: set[str] = field(default_factory=set)  # the words of its file name, which its owner chose
+    lower_words: set[str] = field(default_factory=set)  # the words it writes in lower case somewhere
+    own_year: str = ""  # the year of the period its cover says it reports ("for the fiscal year ended June 30, 2023")
 
 
 def acronyms_in(text: str) -> set[str]:
@@ -156,7 +164,7 @@ def expand_acronyms(question: str, expansions: dict[str, str]) -> str:
 
 
 def names_in_question(question: str, stopwords: frozenset[str] = frozenset()) -> set[str]:
-    """Rule: only what a question writes as a name can name a document.
+    """Rule: only what a question writes as a name can name a document; a name may begin with a digit ("3M").
     The words a question writes as names, lower-cased: the first word of each run of
     capitalised words. A sentence's first word is capitalised anyway: it opens a name only
     when it is written in capitals or a run goes on after it, and never when it is a stopword.
@@ -206,8 +214,13 @@ def _capitalised_runs(text: str) -> list[list[tuple[str, bool]]]:
     return runs
 
 
-def document_profile(doc_name: str, first_pages: list[str], all_text: str = "") -> DocumentProfile:
+# Languages that capitalise every noun: there a capitalised word is no sign of a name.
+NOUNS_CAPITALISED = {"de", "lb"}
+
+
+def document_profile(doc_name: str, first_pages: list[str], all_text: str = "", language: str = "en") -> DocumentProfile:
     """A profile from the file name and the text (and labels) of the first pages; ``all_text`` gives the year style.
+    Rule: in a language that capitalises its nouns (German), only file-name words and acronyms name the document.
 
     document_profile("COSTCO_2021_10K.pdf", ["COSTCO WHOLESALE CORPORATION ... Form 10-K ... fiscal year 2021"])
       -> title "COSTCO WHOLESALE CORPORATION ...", names {"costco", "wholesale", ...}, acronyms {"cw", ...},
@@ -216,44 +229,59 @@ def document_profile(doc_name: str, first_pages: list[str], all_text: str = "") 
     head = "\n".join(page[: config.PROFILE_CHARS] for page in first_pages)
     title = next((line.strip() for line in head.splitlines() if len(line.strip()) > 3), doc_name)
     common = {part for word in _LOWER_WORD.findall(all_text or head) for part in word.split("-")}  # not names
-    names = {name for name in (_POSSESSIVE.sub("", w).lower() for w in _CAPITALISED.findall(head) if len(w) > 2) if name not in common}
-    names |= {w.lower() for w in _FILE_WORD.findall(doc_name.rsplit(".", 1)[0])}
+    capitalised = [] if language in NOUNS_CAPITALISED else _CAPITALISED.findall(head)
+    names = {name for name in (_POSSESSIVE.sub("", w).lower() for w in capitalised if len(w) > 2) if name not in common}
+    file_words = {w.lower() for w in _FILE_WORD.findall(doc_name.rsplit(".", 1)[0])}
     years = [year for year, _ in Counter(years_named(head)).most_common()]
     doc_type = next((name for name, pattern in DOC_TYPES if re.search(pattern, head, re.IGNORECASE | re.DOTALL)), "")
     acronyms = acronyms_in(head) - common  # "TO" on a cover page is the word "to" in capitals
-    return DocumentProfile(title[:120], names, acronyms, years, doc_type, year_style(all_text or head))
+    own = _PERIOD_ENDED.search(head)
+    return DocumentProfile(title[:120], names | file_words, acronyms, years, doc_type, year_style(all_text or head),
+                           file_words, common, own.group(1) if own else "")
 
 
 def distinctive_words(profiles: dict[str, DocumentProfile]) -> dict[str, float]:
     """Rule: a word names a document only when few documents have it.
+    Rule: a word any document of the library writes in lower case is an ordinary word, not a name
+    (unless it is in the document's file name): "Page", "Board" or "College" on one report's cover
+    name nothing when another report writes "page", "board" or "college".
     Profile words few documents share, each with its weight log(documents / documents having it)."""
+    ordinary = set().union(*(profile.lower_words for profile in profiles.values()))
     counts: Counter = Counter()
     for profile in profiles.values():
-        counts.update(profile.names | profile.acronyms)
+        counts.update({word for word in profile.names | profile.acronyms if word in profile.file_words or word not in ordinary})
     most = max(1, int(config.ROUTE_MAX_SHARE * len(profiles)))
     return {word: math.log(len(profiles) / n) for word, n in counts.items() if n <= most}
 
 
-def route(question_words: set[str], question_years: list[str], profiles: dict[str, DocumentProfile],
-          weights: dict[str, float]) -> dict[str, float]:
-    """Rule: pages of the documents a question names are favoured; no document is dropped.
+def route(question_words: set[str], question_acronyms: set[str], question_years: list[str],
+          profiles: dict[str, DocumentProfile], weights: dict[str, float]) -> dict[str, float]:
+    """Rule: pages of the documents a question names are searched first; no document is dropped.
+    Rule: an acronym of a document is named only by a word the question writes in capitals ("Mr" is no "MR").
+    Rule: a question about several years is about the report of the latest (it prints the earlier ones too).
     {collection: score} for the documents the question names, best first; empty when it names none.
 
     A document is named by a distinctive word of its profile; a year on its first
     pages only adds to a document already named (years alone name nothing). When the
     question names a year and some named documents carry it on their first pages, only
     those are kept: "Best Buy's FY2019 inventories" is about the FY2019 filing, not
-    about every Best Buy filing. Only documents within half of the best score are kept.
+    about every Best Buy filing. Of those, when one's cover reports the latest year the question
+    names, the reports of other periods go (a report prints the years before its own, for comparison),
+    and documents whose cover states no period stay. Only documents within half of the best score are kept.
     """
     if len(profiles) < 2:
         return {}
     scores = {}
     for collection, profile in profiles.items():
-        named = question_words & (profile.names | profile.acronyms)
+        named = (question_words & profile.names) | (question_acronyms & (profile.names | profile.acronyms))
         score = sum(weights.get(word, 0.0) for word in named)
         if score > 0:
             scores[collection] = score + 0.5 * len(set(question_years) & set(profile.years))
     of_the_year = {c: s for c, s in scores.items() if set(question_years) & set(profiles[c].years)}
+    # a report prints the years before its own beside it: FY2015 and FY2016 are both in the FY2016 10-K
+    latest = max(question_years, default="")
+    if any(profiles[c].own_year == latest for c in of_the_year):  # a cover stating no period leaves it open
+        of_the_year = {c: s for c, s in of_the_year.items() if profiles[c].own_year in (latest, "")}
     scores = of_the_year or scores
     best = max(scores.values(), default=0.0)
     return dict(sorted(((c, s) for c, s in scores.items() if s >= best / 2), key=lambda item: -item[1]))

@@ -9,6 +9,7 @@ read the lines itself:
                -> line_items()      "Total current assets" -> [26291, 20556], one figure per year column
                -> year_columns()    the years the page's columns are headed with ("2021", "2020")
     question   -> measure_asked()   which measure ("current ratio") and its expression over line items
+               -> measure_items()   the labels of those line items (evidence.py shows their rows)
                -> work_out()        each item found on a retrieved page, this year's column (or the
                                     year the question names) and, for averages, the year before;
                                     the answer lists every figure with its source, then the result
@@ -183,6 +184,17 @@ def measure_asked(question: str) -> tuple[str, str] | None:
         if match and not _part_of_a_ratio(text, match):
             return match.group(0), expression
     return None
+
+
+def measure_items(question: str) -> list[re.Pattern]:
+    """The labels of the line items the textbook measure a question asks for is computed from, or [].
+
+    measure_items("Is Verizon's quick ratio healthy?") -> the patterns of cash, short-term investments,
+    receivables and total current liabilities
+    """
+    asked = measure_asked(question)
+    names = dict.fromkeys(token.split("@")[0] for token in _ITEM_NAME.findall(asked[1])) if asked else {}
+    return [pattern for name in names for pattern in _ITEMS[name]]
 
 
 def _part_of_a_ratio(text: str, match: re.Match) -> bool:

@@ -110,3 +110,18 @@ def test_a_word_on_most_of_a_documents_pages_is_no_keyword_for_its_lines(store, 
              "The stores opened in spring.", "Sales rose in every region.", "The board met four times."]
     scores = evidence.keyword_scores("How much did Acme spend on research?", [collection] * len(lines), lines, retriever)
     assert scores[0] == 0 and scores[1] > 0  # "Acme" is on every page: only "research" tells the lines apart
+
+
+def test_a_measure_shows_the_rows_it_is_computed_from(store, embedder, tmp_path):
+    """"Operating margin" shares no word with "Net sales", yet it is operating income over net sales: those two rows
+    are its evidence, not "Gross profit" or "Selling, general and administrative expenses"."""
+    collection = ingest.ingest_pdf(statement_pdf(tmp_path / "10k.pdf"), store, embedder).collection
+    retriever = Retriever(store, embedder)
+    question = "Has the company's operating margin improved in 2023?"
+    lines = evidence.best_lines(question, retriever.search(question, scope=[collection]), retriever)
+    on_the_statement = [line.text.split(" · ")[1] for line in lines if line.page == 1]
+    assert sorted(on_the_statement) == ["Net sales", "Operating income"]
+    lines = evidence.page_lines("Revenues\n2023\n2022\nNet sales\n51,877\n48,412\nGross profit\n12,976\n12,268\nNet sales rose.")
+    assert [line.kind for line in lines] == ["heading", "row", "row", "sentence"]
+    assert evidence.measure_rows(question, lines).tolist() == [False, True, False, False]  # a row, not a sentence naming it
+    assert not evidence.measure_rows("Who chairs the board?", lines).any()

@@ -55,10 +55,10 @@ def test_routing_picks_named_documents_by_distinctive_words_only():
     }
     weights = distinctive_words(profiles)
     assert "costco" in weights and "form" not in weights  # every filing says "Form 10-K": names nothing
-    assert list(route({"costco", "capex"}, ["2021"], profiles, weights)) == ["costco"]
-    assert list(route({"cw", "capex"}, [], profiles, weights)) == ["costco"]  # abbreviated
-    assert route({"capex", "sales"}, ["2021"], profiles, weights) == {}  # names no document: no preference
-    assert route({"costco"}, [], {"costco": profiles["costco"]}, weights) == {}  # one document: nothing to choose
+    assert list(route({"costco", "capex"}, set(), ["2021"], profiles, weights)) == ["costco"]
+    assert list(route({"capex"}, {"cw"}, [], profiles, weights)) == ["costco"]  # abbreviated
+    assert route({"capex", "sales"}, set(), ["2021"], profiles, weights) == {}  # names no document: no preference
+    assert route({"costco"}, set(), [], {"costco": profiles["costco"]}, weights) == {}  # one document: nothing to choose
 
 
 def test_a_question_names_a_document_by_the_head_of_a_name_it_writes_not_by_common_words():
@@ -69,11 +69,11 @@ def test_a_question_names_a_document_by_the_head_of_a_name_it_writes_not_by_comm
     weights = distinctive_words(profiles)
     question = "Who are the non-executive and independent directors of GODFREY PHILLIPS INDIA LIMITED?"
     assert names_in_question(question, STOPWORDS) == {"godfrey", "godfreyphillipsindialimited"}
-    assert route(names_in_question(question, STOPWORDS), [], profiles, weights) == {}
-    assert list(route(set(keyword_tokens(question)), [], profiles, weights)) == ["other"]  # every word of it would
+    assert route(names_in_question(question, STOPWORDS), set(), [], profiles, weights) == {}
+    assert list(route(set(keyword_tokens(question)), set(), [], profiles, weights)) == ["other"]  # every word of it would
     asked = "What were Costco's capital expenditures? Costco Wholesale, and ITC too."
     assert names_in_question(asked, STOPWORDS) == {"costco", "costcowholesale", "itc"}  # an opening stopword is no name; "Costco" opens a name
-    assert set(route(names_in_question(asked, STOPWORDS), [], profiles, weights)) == {"costco", "other"}
+    assert set(route(names_in_question(asked, STOPWORDS), acronyms_asked(asked), [], profiles, weights)) == {"costco", "other"}
 
 
 def test_a_month_however_written_names_no_document():
@@ -91,5 +91,62 @@ def test_a_name_of_two_words_names_the_file_that_writes_it_as_one_and_the_year_p
     question = "What were Best Buy's FY2019 inventories?"
     words = names_in_question(question, STOPWORDS)
     assert "bestbuy" in words
-    assert list(route(words, ["2019"], profiles, distinctive_words(profiles))) == ["bestbuy2019"]
-    assert set(route(words, [], profiles, distinctive_words(profiles))) == {"bestbuy2019", "bestbuy2023"}  # no year: both
+    assert list(route(words, set(), ["2019"], profiles, distinctive_words(profiles))) == ["bestbuy2019"]
+    assert set(route(words, set(), [], profiles, distinctive_words(profiles))) == {"bestbuy2019", "bestbuy2023"}  # no year: both
+
+
+def test_a_word_another_document_writes_in_lower_case_is_no_name():
+    """Across a library, a cover's "Page", "Board" or "College" is an ordinary word another document writes
+    in lower case; a bench question about "Page 5" of one document was sent to another's cover saying "Page"."""
+    profiles = {
+        "brochure": document_profile("brochure.pdf", ["Graduate College\nPage 1", "Board of Studies"], "Graduate College. Page 1."),
+        "guide": document_profile("guide.pdf", ["Search guide"], "Turn the page to see the board of each college."),
+        "costco": document_profile("COSTCO_2021_10K.pdf", filing("Costco Wholesale Corporation", "2021")),
+        "block": document_profile("BLOCK_2020_10K.pdf", filing("Square, Inc.", "2020")),
+    }
+    assert {"college", "page", "board"} <= profiles["brochure"].names  # the brochure alone never writes them in lower case
+    weights = distinctive_words(profiles)
+    assert not {"college", "page", "board"} & set(weights) and "costco" in weights
+    assert route({"page", "college"}, set(), [], profiles, weights) == {}
+    assert list(route({"block"}, set(), [], profiles, weights)) == ["block"]  # a file name's word is the owner's name for it
+
+
+def test_a_document_s_acronym_is_named_only_by_a_word_in_capitals():
+    """"Mr. R.A. Shah" named the reports whose covers carry a run of capitalised words with the initials "MR"."""
+    profiles = {"indonesia": document_profile("slides.pdf", ["Mobile Research\nIndonesia 2015"]),
+                "costco": document_profile("COSTCO_2021_10K.pdf", filing("Costco Wholesale Corporation", "2021"))}
+    weights = distinctive_words(profiles)
+    assert "mr" in profiles["indonesia"].acronyms
+    question = "How many companies do Mr. R.A. Shah and Mr. C.M. Maniar hold directorships of?"
+    assert route(names_in_question(question, STOPWORDS), acronyms_asked(question), [], profiles, weights) == {}
+    assert list(route(set(), acronyms_asked("What did MR publish?"), [], profiles, weights)) == ["indonesia"]
+
+
+def test_in_german_a_capitalised_noun_is_no_name():
+    """A German question's "Verbindung" (connection) named the German guide whose cover writes "Verbindung"."""
+    cover = ["LaTeX2e-Kurzbeschreibung\nVerbindung und Satz mit LaTeX"]
+    german = document_profile("l2kurz.pdf", cover, "Eine kurze Beschreibung.", language="de")
+    assert "verbindung" not in german.names and german.names == {"kurz"}  # the file name's word
+    assert "verbindung" in document_profile("l2kurz.pdf", cover, "Eine kurze Beschreibung.").names  # as English, it would be
+
+
+
+def test_a_question_about_several_years_is_about_the_report_of_the_latest():
+    """A report prints the year before its own beside it: FY2015 and FY2016 figures are both in the FY2016 10-K."""
+    profiles = {year: document_profile(f"ADOBE_{year}_10K.pdf", filing("Adobe Systems Incorporated", year) + [f"Fiscal {int(year) - 1}"])
+                for year in ("2015", "2016")}
+    profiles["8k"] = document_profile("ADOBE_8K.pdf", ["FORM 8-K\nAdobe Systems Incorporated\nDate of report: March 1, 2016"])
+    for number in range(30):  # a library in which three Adobe documents are few
+        profiles[f"other{number}"] = document_profile(f"OTHER{number}_2016_10K.pdf", filing(f"Zeta{number} Corporation", "2016"))
+    weights = distinctive_words(profiles)
+    assert profiles["2016"].own_year == "2016" and profiles["8k"].own_year == ""  # "For the fiscal year ended August 29, 2016"
+    assert set(route({"adobe"}, set(), ["2015", "2016"], profiles, weights)) == {"2016", "8k"}  # an 8-K states no period
+    assert set(route({"adobe"}, set(), ["2015"], profiles, weights)) == {"2015"}  # not the 2016 report that compares with it
+    assert set(route({"adobe"}, set(), ["2013"], profiles, weights)) == {"2015", "2016", "8k"}  # none carries it: all named
+
+
+def test_a_name_may_begin_with_a_digit():
+    assert "3m" in names_in_question("What drove operating margin change as of FY2022 for 3M?", STOPWORDS)
+    assert "3m" in names_in_question("What were 3M's capital expenditures?", STOPWORDS)
+    assert "3m" in document_profile("3M_2018_10K.pdf", filing("3M Company", "2018")).names
+    assert document_profile("2310.07609v1.pdf", ["A paper"]).names == set()  # an arXiv number is no name
