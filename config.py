@@ -240,7 +240,7 @@ SUPPORT_MIN_WORDS = _env("SUPPORT_MIN_WORDS", 3)  # shorter sentences ("Yes.") a
 EVIDENCE_LINES = _env("EVIDENCE_LINES", 3)  # lines shown under the question
 EVIDENCE_PAGES = _env("EVIDENCE_PAGES", 5)  # pages looked at, best first (a page with no line to show passes its share on)
 EVIDENCE_MIN_CHARS = _env("EVIDENCE_MIN_CHARS", 12)  # shorter lines ("Page 3", "(Millions)") say nothing alone
-EVIDENCE_COMMON_SHARE = _env("EVIDENCE_COMMON_SHARE", 0.5)  # a question word on more of a document's pages tells none of its lines apart
+EVIDENCE_COMMON_SHARE = _env("EVIDENCE_COMMON_SHARE", 0.5)  # a question word on more of a document's pages tells none of its lines (nor, if a name of it, its pages) apart
 EVIDENCE_CACHE_LINES = _env("EVIDENCE_CACHE_LINES", 50000)  # line vectors kept in memory (~1.5 KB each)
 # What of the top pages the model reads (context.py): their best sentences and table rows,
 # within this many characters (what TOP_K best chunks of CHUNK_SIZE filled before).

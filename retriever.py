@@ -9,6 +9,7 @@ One question flows like this:
              -> embed (once per fiscal-year wording the library uses) -> cosine top-N chunks
                 of the in-scope documents -> pages                                  (semantic leg)
              -> keyword_tokens -> BM25 over every page's title + keywords + text     (keyword leg)
+                (less the searched documents' own names where printed on most of their pages)
              -> pages the question names outright ("page 14", "cover page")         (page leg)
              -> pages headed by a statement the instructions name, or that a
                 financial measure asked for is computed from ("current ratio")      (hint leg)
@@ -494,10 +495,31 @@ class Retriever:
         """(page, BM25 score) best first, only pages that share a term with the question."""
         self._refresh_if_stale()
         n = n or config.CANDIDATES
-        scores = self._bm25.get_scores(self.query_tokens(question, scope))
+        words = self.query_tokens(question, scope)
+        own_names = self.own_names_everywhere(words, scope)
+        scores = self._bm25.get_scores([word for word in words if word not in own_names])
         if scope is not None:
             scores[~self._scope_mask(self._page_owner, scope)] = 0.0
         return [(self._pages[i], float(scores[i])) for i in _top_indices(scores, n) if scores[i] > 0]
+
+    def own_names_everywhere(self, words: list[str], scope: list[str] | None) -> set[str]:
+        """Rule: a document's own name tells none of its pages apart.
+        Those of ``words`` that are names in the profile of every searched document (``routing.py``:
+        "coca", "cola") and printed on most of its pages (its running heads). Kept as keywords, the
+        name makes an exhibit index that repeats it forty times outrank the page that answers; across
+        documents that do not all carry it, it still tells them apart and stays."""
+        self._refresh_if_stale()
+        searched = self._in_scope(scope)
+        candidates = set(words) if searched else set()
+        for collection in searched:
+            profile = self._profiles.get(collection)
+            names = profile.names | profile.acronyms if profile else set()
+            candidates = {word for word in candidates if word.lstrip("^") in names}  # "^mgm": MGM written in capitals
+            if candidates:
+                candidates &= self.words_on_most_pages(collection, sorted(candidates), config.EVIDENCE_COMMON_SHARE)
+            if not candidates:
+                break
+        return candidates
 
     def query_tokens(self, question: str, scope: list[str] | None = None) -> list[str]:
         """The question's keyword tokens as each language of the in-scope documents writes its pages

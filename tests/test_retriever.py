@@ -424,3 +424,28 @@ def test_a_german_page_is_found_by_keywords_in_another_inflection(store, embedde
     retriever = Retriever(store, embedder)
     found = retriever.keyword("Welche Büchern hat die Bibliotheken?", scope=[german.collection])
     assert found[0][0] == (german.collection, 2)  # "Büchern"/"Bücher", "Bibliotheken"/"Stadtbibliothek" stemmed
+
+
+def test_a_documents_own_name_is_no_keyword_within_it_but_still_tells_documents_apart(store, embedder, filings, tmp_path):
+    head = "Quillfeather Paper Company - Annual Report 2023\n"
+    exhibits = head + "Exhibits\n" + "".join(f"10.{i} Quillfeather Plan {i}\n" for i in range(1, 16)) + "10.16 Quillfeather Employees Plan\n"
+    pdf = write_text_pdf(tmp_path / "quillfeather.pdf", [
+        head + "FORM 10-K\nQuillfeather Paper Company\nAnnual report for the fiscal year ended December 31, 2023",
+        head + "Human capital. As of December 31, 2023 we had approximately 4,200 employees, "
+               "1,100 of them in our mills and the rest in sales and distribution.",
+        head + "Item 7. Results of operations. Net sales rose 4% on higher paper prices.",
+        exhibits,
+    ])
+    quill = ingest.ingest_pdf(pdf, store, embedder).collection
+    # a library where few pages carry the name, as in a real one: the name is a rare, heavy keyword
+    ingest.ingest_pdf(write_text_pdf(tmp_path / "manual.pdf", [f"Step {i}. Fold the sheet and press the seam." for i in range(20)]),
+                      store, embedder)
+    retriever = Retriever(store, embedder)
+    question = "How many employees did Quillfeather have?"
+    words = retriever.query_tokens(question, [quill])
+    assert retriever.own_names_everywhere(words, [quill]) == {"quillfeather"}  # on every page: tells no page apart
+    assert retriever.keyword(question, [quill])[0][0][1] == 2  # the page that answers, not the exhibit list
+    bm25_with_name = retriever._bm25.get_scores(words)
+    assert bm25_with_name[retriever._page_column[(quill, 4)]] > bm25_with_name[retriever._page_column[(quill, 2)]]  # what the rule undoes
+    # with other documents searched, which do not carry the name, it picks the document and stays a keyword
+    assert retriever.own_names_everywhere(words, [quill, filings["alder"]]) == set()
