@@ -38,7 +38,7 @@ states ("Rule: ..."); ``evaluation/ablate_rules.py`` measures each on the judged
 citations (evaluation/citation_judgments.jsonl, citation_judgments_sample60.jsonl, the lookup
 rule from citation_judgments_dev23.jsonl, the restated-question rule from the dev41-dev173 sets) and
 are measured on judged sets drawn after them (evaluation/citation_judgments_dev307 … dev599.jsonl and
-their predecessors, each marked fitted or held out in evaluation/README.md): ``eval_answers.py --recheck``.
+their predecessors, each marked fitted or held out in evaluation/README.md): ``evaluation/eval_answers.py --recheck``.
 """
 
 from __future__ import annotations

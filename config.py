@@ -142,7 +142,7 @@ EMBEDDED_EMBEDDER_NAME = "all-MiniLM-L6-v2"
 EMBED_MAX_TOKENS = _env("EMBED_MAX_TOKENS", 256)
 EMBED_BATCH_SIZE = _env("EMBED_BATCH_SIZE", 16)
 # Pad each batch to a multiple of this many word pieces: fewer distinct tensor shapes, so the
-# CPU kernels built for one shape are reused (a fresh process embedded ~10% faster; bench.py ingest).
+# CPU kernels built for one shape are reused (a fresh process embedded ~10% faster; evaluation/bench.py ingest).
 EMBED_PAD_MULTIPLE = _env("EMBED_PAD_MULTIPLE", 32)
 EMBED_THREADS = _env("EMBED_THREADS", os.cpu_count() or 2)
 
@@ -233,7 +233,7 @@ HISTORY_TURNS = _env("HISTORY_TURNS", 3)  # earlier question/answer pairs shown 
 REFUSAL_MIN_SIMILARITY = _env("REFUSAL_MIN_SIMILARITY", 0.15)  # below: "not found", no LLM call (refuses 2.5% of answerable bench questions)
 # A sentence is supported by a passage that holds every number, month and name it states, and
 # this share of its words. Set from hand-judged citations
-# (evaluation/citation_judgments.jsonl, `eval_answers.py --recheck`; figures in docs/citations.md).
+# (evaluation/citation_judgments.jsonl, `evaluation/eval_answers.py --recheck`; figures in docs/citations.md).
 SUPPORT_MIN_OVERLAP = _env("SUPPORT_MIN_OVERLAP", 0.8)  # share of a sentence's words found in its passage
 SUPPORT_MIN_WORDS = _env("SUPPORT_MIN_WORDS", 3)  # shorter sentences ("Yes.") are not judged
 # Evidence (evidence.py): the lines of the best pages that answer the question, shown before the model speaks.
@@ -270,7 +270,7 @@ API_JOB_KEEP_COUNT = _env("API_JOB_KEEP_COUNT", 1000)  # ...or sooner, beyond th
 
 
 # Loggers of this app: its own modules (Streamlit runs the page script as __main__).
-_OWN_LOGGERS = {path.stem for path in BASE_DIR.glob("*.py")} | {"__main__"}
+_OWN_LOGGERS = {path.stem for path in BASE_DIR.glob("*.py")} | {"__main__", "evaluation"}
 
 
 def _own_or_warning(record: logging.LogRecord) -> bool:

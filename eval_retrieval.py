@@ -37,7 +37,7 @@ line counts by one of two rules:
     line (``answer_in_texts``). Such a question is counted only when its answer is
     printed on a gold page by the same rule; how many qualify is reported.
 Questions neither rule can judge are left out of evidence@3 (``evidence_n`` says how
-many were counted). ``eval_answers.py`` scores the lines shown with its answers by the
+many were counted). ``evaluation/eval_answers.py`` scores the lines shown with its answers by the
 same functions.
 
 Robustness (--perturb): each question is also asked reworded in seeded ways

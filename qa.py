@@ -343,7 +343,7 @@ def ask(
 
     ``on_stage`` hears what is going on while the person waits: "Searching your documents…",
     "Reading 5 passages…", "Writing…", "Checking the citations…". Given ``passages``, the model reads
-    those instead of what a search would find (``eval_answers.py --replay`` re-asks stored passages,
+    those instead of what a search would find (``evaluation/eval_answers.py --replay`` re-asks stored passages,
     so a change of prompt is measured without the noise of retrieval).
     """
     t0 = time.perf_counter()

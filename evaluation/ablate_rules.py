@@ -1,6 +1,6 @@
 """Ablate the citation checker's rules, one at a time, on judged answer sets.
 
-    python evaluation/ablate_rules.py --sets fresh821 [dev761 ...] [--rules all]
+    python -m evaluation.ablate_rules --sets fresh821 [dev761 ...] [--rules all]
 
 For each rule of ``RULES`` below (and the whole checker as it is), re-check the stored answers of each
 set with that rule switched off and score the ✓ marks against the set's hand judgments: ✓ precision
@@ -24,12 +24,11 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the app's modules live at the repo root
 
-import calc  # noqa: E402
-import checker  # noqa: E402
-import config  # noqa: E402
-import eval_answers  # noqa: E402
+import calc
+import checker
+import config
+from evaluation import eval_answers
 
 HERE = Path(__file__).resolve().parent
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """Are page labels written in the page's language? The labelling prompt with and without its language line.
 
-    python evaluation/label_language.py --store STORE [--pages 8] [--seed 2611] [--out OUT.json]
+    python -m evaluation.label_language --store STORE [--pages 8] [--seed 2611] [--out OUT.json]
 
 For each non-English document of the multilingual bench in STORE (ingested from ../shared/bench/misc),
 a seeded sample of its pages with text is labelled twice by the default model: with the prompt the
@@ -21,12 +21,11 @@ from pathlib import Path
 
 import py3langid
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import config  # noqa: E402
-import ingest  # noqa: E402
-import models  # noqa: E402
-import prompts  # noqa: E402
+import config
+import ingest
+import models
+import prompts
 
 log = logging.getLogger("label_language")
 BENCH = Path(__file__).resolve().parent.parent.parent / "shared" / "bench" / "misc"

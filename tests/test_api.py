@@ -25,7 +25,7 @@ import openai
 import pymupdf
 import pytest
 
-import bench
+from evaluation import bench
 from conftest import FACT_PAGES, SERVER_KEY, SERVER_MODEL, TEST_LLM, write_text_pdf
 
 QUESTION = "When did the railway reach the town?"

@@ -1,10 +1,10 @@
-"""The benchmark script (bench.py): time to evidence, and which chat models it measures (any backend, named the same way)."""
+"""The benchmark script (evaluation/bench.py): time to evidence, and which chat models it measures (any backend, named the same way)."""
 
 from __future__ import annotations
 
 import argparse
 
-import bench
+from evaluation import bench
 import config
 import ingest
 import models

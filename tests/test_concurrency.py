@@ -179,7 +179,7 @@ def test_labelling_cancelled_just_as_a_question_opens_stops_while_the_question_i
 ):
     """The race behind the bench hang: the labeller has passed its wait before a model call, then a
     question opens and labelling is cancelled before the call starts. The labeller must stop, not
-    wait for the question (which here, as in ``bench.py answer --while-labelling``, waits for it)."""
+    wait for the question (which here, as in ``evaluation/bench.py answer --while-labelling``, waits for it)."""
     result = ingest.ingest_pdf(three_page_pdf, store, embedder)
     collection = ingest.open_collection(store, result.collection, embedder)
     at_the_call, go_on = threading.Event(), threading.Event()

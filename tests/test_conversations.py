@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-import bench
+from evaluation import bench
 import config
 import conversations
 import ingest

@@ -1,4 +1,4 @@
-"""The answer evaluation (eval_answers.py): its judge, summaries and labels, replaying stored passages,
+"""The answer evaluation (evaluation/eval_answers.py): its judge, summaries and labels, replaying stored passages,
 and judging a model on an OpenAI-compatible server."""
 
 from __future__ import annotations
@@ -7,14 +7,14 @@ import json
 
 import checker
 import config
-import eval_answers
+from evaluation import eval_answers
 import models
 import prompts
 from conftest import FACT_PAGES, SERVER_KEY, SERVER_MODEL, write_text_pdf
 
 
 def test_the_answer_judge_ignores_digit_grouping_and_tolerates_one_typo_in_long_answers():
-    import eval_answers
+    from evaluation import eval_answers
 
     assert eval_answers.normalise("$3,02,16,492.00 Tonnes!") == "30216492.00 tonnes"
     assert eval_answers.gold_items("['2006', '2007']") == ["2006", "2007"]
@@ -34,7 +34,7 @@ def test_the_answer_judge_ignores_digit_grouping_and_tolerates_one_typo_in_long_
 
 
 def test_answer_in_context_is_reported_beside_its_ceiling_the_answer_printed_on_the_gold_pages():
-    import eval_answers
+    from evaluation import eval_answers
 
     row = lambda on_page, in_context, correct: {  # noqa: E731
         "answerable": True, "category": "Pure-text (Plain-text)", "answer_on_gold_pages": on_page, "answer_in_context": in_context,
@@ -49,7 +49,7 @@ def test_answer_in_context_is_reported_beside_its_ceiling_the_answer_printed_on_
 
 
 def test_a_sentence_judged_to_make_no_claim_is_left_out_of_the_labels(tmp_path):
-    import eval_answers
+    from evaluation import eval_answers
 
     judged = [{"question": "Q?", "sentence": "Mr. O.P. Vaish", "page": 11, "supports": False},
               {"question": "Q?", "sentence": "The directors are:", "page": 11, "supports": None}]
@@ -75,7 +75,7 @@ def test_answer_summary_reports_evidence_shown_when_refused_and_median_times():
 
 def test_judging_pairs_put_every_checked_sentence_beside_every_passage_shown():
     """Recall needs to know which uncited passages back a sentence, so each is written out for judging."""
-    import eval_answers
+    from evaluation import eval_answers
 
     row = {"model": "m", "question": "When did the railway reach the town?", "answer": "The railway reached the town in 1889 [1].",
            "sources": [{"n": 1, "page": 3, "gold_page": True, "text": "The railway reached the town in 1889."},
@@ -86,7 +86,7 @@ def test_judging_pairs_put_every_checked_sentence_beside_every_passage_shown():
 
 
 def test_replay_re_asks_the_stored_passages_and_compares_with_the_stored_answers(llm, tmp_path, monkeypatch, capsys):
-    import eval_answers
+    from evaluation import eval_answers
 
     monkeypatch.setattr(models.EmbeddedChatModel, "load", classmethod(lambda cls, name=None: llm))  # the session's model, loaded once
     notice = "Staff notice. The staff door code is 4711. Please keep it private."

@@ -263,7 +263,7 @@ def test_ollama_missing_model_and_server_down_are_plain_errors(facts, ollama_cha
 
 
 def test_given_passages_are_read_instead_of_a_search(store, embedder, ollama_chat, monkeypatch):
-    """What eval_answers.py --replay relies on: the model reads exactly the passages given, and the
+    """What evaluation/eval_answers.py --replay relies on: the model reads exactly the passages given, and the
     answer is checked against them as usual."""
     monkeypatch.setattr(ollama_chat, "models", ["llama3.2:3b"])
     monkeypatch.setattr(ollama_chat, "replies", ["The staff door code is 4711 [1]."])

@@ -23,7 +23,7 @@ import pymupdf
 import pytest
 from markdown_it import MarkdownIt
 
-import bench
+from evaluation import bench
 import config
 import extract
 import ingest

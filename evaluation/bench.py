@@ -1,15 +1,15 @@
 """Benchmarks that print numbers (speed and memory targets live here, not in tests).
 
-    python bench.py ingest PDF... [--enrich-pages N] [--json OUT]
-    python bench.py ingest --big 1000 [--json OUT]
-    python bench.py retrieval [--chunks 1000 10000 100000] [--json OUT]
-    python bench.py answer [--models qwen2.5-coder-0.5b qwen2.5-coder-1.5b] [--questions 10] [--json OUT]
-    python bench.py answer --backend openai [--model NAME] [--base-url URL] [--questions 10] [--json OUT]
-    python bench.py answer --while-labelling [--models ...] [--questions 4] [--seed 17] [--json OUT]
-    python bench.py memory [PDF] [--model NAME] [--questions 3] [--label-pages 6] [--json OUT]
-    python bench.py runtime [--models ...] [--rounds 3] [--source-chars 800] [--json OUT]
-    python bench.py summary --store STORE [--docs PDF...] [--model NAME] [--json OUT]
-    python bench.py api [--clients 20] [--ask-clients 4] [--chunks 10000] [--model NAME] [--json OUT]
+    python -m evaluation.bench ingest PDF... [--enrich-pages N] [--json OUT]
+    python -m evaluation.bench ingest --big 1000 [--json OUT]
+    python -m evaluation.bench retrieval [--chunks 1000 10000 100000] [--json OUT]
+    python -m evaluation.bench answer [--models qwen2.5-coder-0.5b qwen2.5-coder-1.5b] [--questions 10] [--json OUT]
+    python -m evaluation.bench answer --backend openai [--model NAME] [--base-url URL] [--questions 10] [--json OUT]
+    python -m evaluation.bench answer --while-labelling [--models ...] [--questions 4] [--seed 17] [--json OUT]
+    python -m evaluation.bench memory [PDF] [--model NAME] [--questions 3] [--label-pages 6] [--json OUT]
+    python -m evaluation.bench runtime [--models ...] [--rounds 3] [--source-chars 800] [--json OUT]
+    python -m evaluation.bench summary --store STORE [--docs PDF...] [--model NAME] [--json OUT]
+    python -m evaluation.bench api [--clients 20] [--ask-clients 4] [--chunks 10000] [--model NAME] [--json OUT]
 
 ``ingest`` runs each PDF in a fresh child process with an empty temporary
 store, so every row has its own cold start and its own peak RSS. A row gives
@@ -139,8 +139,8 @@ def ingest_one(pdf: Path, enrich_pages: int) -> dict:
 
 def run_isolated(pdf: Path, enrich_pages: int) -> dict:
     """Run ``ingest_one`` in a child process so its peak RSS is its own."""
-    cmd = [sys.executable, __file__, "_ingest_one", str(pdf), "--enrich-pages", str(enrich_pages)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    cmd = [sys.executable, "-m", "evaluation.bench", "_ingest_one", str(pdf), "--enrich-pages", str(enrich_pages)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=config.BASE_DIR)
     if proc.returncode != 0:
         return {"pdf": pdf.name, "error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "failed"}
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -303,7 +303,7 @@ def time_evidence(client, questions: list[str]) -> dict:
 
 
 # -----------------------------------------------------------------------------
-# Which chat model a measurement uses (bench.py answer, eval_answers.py): the same flags for both
+# Which chat model a measurement uses (evaluation/bench.py answer, evaluation/eval_answers.py): the same flags for both
 
 BACKENDS = ("embedded", "ollama", "openai")
 
@@ -605,9 +605,9 @@ def time_memory(model: str, pdf: Path, questions: list[str], label_pages: int) -
         settings = {"CHROMA_PERSIST_DIR": store_dir, "CHROMA_HOST": "", "LLM_BACKEND": "embedded",
                     "EMBED_BACKEND": "embedded", "EMBEDDED_LLM": model, "ENRICH_ENABLED": "true",
                     "LOG_FILE": str(Path(store_dir) / "app.log")}
-        cmd = [sys.executable, __file__, "_memory_one", str(pdf), "--label-pages", str(label_pages)]
+        cmd = [sys.executable, "-m", "evaluation.bench", "_memory_one", str(pdf), "--label-pages", str(label_pages)]
         cmd += ["--ask", *questions] if questions else []
-        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **settings})
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=config.BASE_DIR, env={**os.environ, **settings})
     if proc.returncode != 0:
         raise SystemExit(f"The memory run failed: {proc.stderr.strip()[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -753,8 +753,8 @@ def compare_runtimes(model_names: list[str], rounds: int, source_chars: int) -> 
         for name in model_names:
             order = RUNTIMES if r % 2 == 0 else RUNTIMES[::-1]  # alternate who goes first
             for runtime in order:
-                cmd = [sys.executable, __file__, "_runtime_one", runtime, name, "--source-chars", str(source_chars)]
-                proc = subprocess.run(cmd, capture_output=True, text=True)
+                cmd = [sys.executable, "-m", "evaluation.bench", "_runtime_one", runtime, name, "--source-chars", str(source_chars)]
+                proc = subprocess.run(cmd, capture_output=True, text=True, cwd=config.BASE_DIR)
                 if proc.returncode != 0:
                     raise SystemExit(f"{runtime} {name} failed: {proc.stderr.strip()[-500:]}")
                 runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))

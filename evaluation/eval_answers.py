@@ -1,12 +1,12 @@
 """Score whole answers on questions with known answers, per chat model.
 
-    python eval_answers.py [--questions FILE] [--pdf-dir DIR] [--answerable 40] [--unanswerable 20]
+    python -m evaluation.eval_answers [--questions FILE] [--pdf-dir DIR] [--answerable 40] [--unanswerable 20]
                            [--models qwen2.5-coder-0.5b qwen2.5-coder-1.5b] [--out rows.jsonl]
                            [--dev [--docs PDF...] [--seed N]] [--context-only]
                            [--evidence Table] [--extractor NAME]
-    python eval_answers.py --backend openai [--model NAME] [--base-url URL] [...]   (one model on a server)
-    python eval_answers.py --recheck rows.jsonl [--labels judgments.jsonl]
-    python eval_answers.py --replay rows.jsonl... [--in-context] [--models ...] [--out replayed.jsonl]
+    python -m evaluation.eval_answers --backend openai [--model NAME] [--base-url URL] [...]   (one model on a server)
+    python -m evaluation.eval_answers --recheck rows.jsonl [--labels judgments.jsonl]
+    python -m evaluation.eval_answers --replay rows.jsonl... [--in-context] [--models ...] [--out replayed.jsonl]
 
 Data flow: a fixed, seeded sample of answerable and unanswerable questions ->
 ingest their PDFs (cached in the evaluation store) -> for each model, qa.ask
@@ -69,7 +69,7 @@ import eval_retrieval
 import ingest
 import models
 import qa
-from bench import add_model_flags, as_choice, choice_of, model_choices
+from evaluation.bench import add_model_flags, as_choice, choice_of, model_choices
 from retriever import Hit, Retriever
 
 BENCH = config.BASE_DIR.parent / "shared" / "bench" / "mmlongbench" / "questions.jsonl"
