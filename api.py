@@ -1069,7 +1069,7 @@ def search(lib: Lib, body: SearchRequest) -> dict:
         hits = lib.retriever.search(body.query, k=body.k, scope=scope)
         return {"query": body.query, "unit": body.unit, "results": [hit_json(h) for h in hits]}
     hits = lib.retriever.search(body.query, scope=scope)  # the pages /api/ask reads its evidence from
-    lines = evidence.best_lines(body.query, hits, lib.retriever, n=body.k)
+    lines = evidence.best_lines(body.query, lib.retriever.load_pages(hits), lib.retriever, n=body.k)
     log.info("Search by line: %d lines", len(lines))
     return {"query": body.query, "unit": body.unit, "results": [line_json(h) for h in lines]}
 

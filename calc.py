@@ -11,7 +11,6 @@ figures it uses, each with its source, and writes the arithmetic on one line wit
     Calculation: 24,576 / ((6,854 + 7,367) / 2)
 
     question -> asks_calculation()     does it want a figure worked out?
-             -> formulas_for()         the standard definition of a financial measure it names, for the prompt
     reply    -> calculation_of()       the expression after "Calculation:", up to any "=" the model added
              -> unknown_operands()     every figure must be in the passages shown or in the question
              -> evaluate()             + - * / and parentheses only, by walking the syntax tree (no eval)
@@ -30,52 +29,25 @@ import math
 import operator
 import re
 
+import domains
 from text_utils import FIGURE_IN_FORMULA
 
 CALCULATION_LABEL = "Calculation:"
 WORKED_OUT_LABEL = "Worked out:"
 
-# Words that ask for arithmetic on figures, not for a figure the page prints. Line items such as
-# "total liabilities" are read off a statement, so "total" alone is not one of them.
+# Words that ask for arithmetic on figures, not for a figure the page prints (a domain adds its own:
+# domains.asks_calculation).
 _ASKS_CALCULATION = re.compile(
     r"\b(how (many|much) (more|fewer|less|higher|lower|bigger|smaller)|gap|difference in|sum of|summed|average|mean|"
-    r"ratio|turnover|margin|cash conversion cycle|ebitda|"
-    r"return on (assets|equity|invested capital)|free cash flow|percentage (change|increase|decrease|points?)|"
+    r"ratio|percentage (change|increase|decrease|points?)|"
     r"growth rate|(increase|decrease|grow|grew|rise|rose|fall|fell|drop|dropp?ed)d? by|decimal places?|"
-    r"round(ed)? (your|the) answer|"
-    # "total debt to total assets", "operating cash flow to current liabilities": one line item over another
-    r"(debt|liabilities|assets|equity|cash flows?|income|sales|revenues?|earnings|ebitda) to (total |current |net )?"
-    r"(debt|liabilities|assets|equity|capital|ebitda|sales|revenues?))\b",
+    r"round(ed)? (your|the) answer)\b",
     re.IGNORECASE,
 )
 # "In total" asks for a sum of figures ("How much was spent in total?") or for a count of things
 # ("How many people are there in total?"); a count is read off the page, not worked out.
 _ASKS_TOTAL = re.compile(r"\b(combined|in total|altogether|add(ed)? up)\b", re.IGNORECASE)
 _ASKS_COUNT = re.compile(r"\bhow many\b", re.IGNORECASE)
-# Standard definitions of the measures analysts ask for. The model is told the formula with the question,
-# so it knows which figures to fetch; "average" balances are this year's and last year's, halved.
-FORMULAS = {
-    r"current ratio": "current ratio = total current assets / total current liabilities",
-    r"quick ratio|acid[- ]test": "quick ratio = (cash and cash equivalents + short-term investments + accounts receivable) "
-    "/ total current liabilities",
-    r"cash ratio": "cash ratio = cash and cash equivalents / total current liabilities",
-    r"inventory turnover": "inventory turnover = cost of sales / ((inventories this year + inventories last year) / 2)",
-    r"receiv\w* turnover": "receivables turnover = revenues / ((accounts receivable this year + last year) / 2)",
-    r"payables? turnover": "payables turnover = cost of sales / ((accounts payable this year + last year) / 2)",
-    r"asset turnover": "asset turnover = revenues / ((total assets this year + last year) / 2)",
-    r"cash conversion cycle": "cash conversion cycle = 365 / inventory turnover + 365 / receivables turnover "
-    "- 365 / payables turnover",
-    r"gross (?:profit )?margin": "gross margin = (revenues - cost of sales) / revenues",
-    r"operating margin": "operating margin = operating income / revenues",
-    r"net (?:profit )?margin": "net margin = net income / revenues",
-    r"return on equity|\broe\b": "return on equity = net income / ((shareholders' equity this year + last year) / 2)",
-    r"return on assets|\broa\b": "return on assets = net income / ((total assets this year + last year) / 2)",
-    r"debt[- ]to[- ]equity": "debt to equity = total debt / total shareholders' equity",
-    r"\bebitda\b": "EBITDA = operating income + depreciation and amortization",
-    r"free cash flow": "free cash flow = net cash from operating activities - capital expenditures",
-    r"interest coverage": "interest coverage = operating income / interest expense",
-}
-_FORMULAS = [(re.compile(pattern, re.IGNORECASE), formula) for pattern, formula in FORMULAS.items()]
 _DECIMALS = re.compile(r"\b(one|two|three|four|\d) decimal places?\b", re.IGNORECASE)
 _WORD_DIGITS = {"one": 1, "two": 2, "three": 3, "four": 4}
 _OPERATOR = re.compile(r"\d\s*[-+*/×÷−–x]\s*[\d($]")
@@ -93,13 +65,7 @@ def asks_calculation(question: str) -> bool:
     asks_calculation("What is total liabilities for Costco in FY2021?") -> False;
     asks_calculation("How many people are there in total?") -> False (a count)"""
     asks_sum = _ASKS_TOTAL.search(question) and not _ASKS_COUNT.search(question)
-    return bool(_ASKS_CALCULATION.search(question) or asks_sum or formulas_for(question))
-
-
-def formulas_for(question: str) -> list[str]:
-    """formulas_for("What is Nike's cash_ratio?") -> ["cash ratio = cash and cash equivalents / total current liabilities"]"""
-    text = re.sub(r"[\s_]+", " ", question)  # "cash_ratio", "payables  turnover"
-    return [formula for pattern, formula in _FORMULAS if pattern.search(text)]
+    return bool(_ASKS_CALCULATION.search(question) or asks_sum or domains.asks_calculation(question))
 
 
 def calculation_of(reply: str) -> str | None:

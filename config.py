@@ -204,6 +204,9 @@ ENRICH_MAX_TOKENS = _env("ENRICH_MAX_TOKENS", 160)  # fits ENRICH_SCHEMA's longe
 
 # -----------------------------------------------------------------------------
 # Retrieval
+# What the app knows of particular kinds of documents (domains.py): "finance" reads financial statements
+# (finance.py); empty: the generic path alone.
+DOMAINS = _env("DOMAINS", "finance")
 TOP_K = _env("TOP_K", 5)  # pages shown and cited per question
 CANDIDATES = _env("CANDIDATES", 50)  # chunks each leg hands to the fusion
 RRF_K = _env("RRF_K", 60)  # Reciprocal Rank Fusion constant: 1 / (RRF_K + rank)

@@ -1,7 +1,6 @@
 """Choose which text of the ranked pages the model reads.
 
-    ranked pages (retriever.search hits, best first)
-      -> each page's whole text, rebuilt from its stored chunks (their offsets index the page)
+    ranked pages (retriever.load_pages of the search's hits, best first: whole text, chunks, spans)
       -> units: the page's sentences and lines (a table row is one line, so one unit)
       -> each unit scored by the question's words it holds, rarer words weighing more,
          plus a bonus inside the chunk the retriever found closest in meaning
@@ -22,25 +21,15 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import config
-from retriever import Hit, Retriever, page_text
-from text_utils import sentence_spans, tokenize
+from pages import Page
+from retriever import Hit
+from text_utils import tokenize
 
 GAP = " … "  # between two windows of one page: the model must not read them as one sentence
 _TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
-
-
-@dataclass
-class Page:
-    """One ranked page: its text, its chunks (for OCR boxes) and the hit that ranked it."""
-
-    hit: Hit
-    text: str
-    chunks: list[Hit]
-    units: list[tuple[int, int]]  # sentence/line spans of ``text``
-    scores: list[float]  # one per unit
 
 
 def term_weights(question: str, unit_texts: list[str]) -> dict[str, float]:
@@ -57,7 +46,7 @@ def score_units(page: Page, weights: dict[str, float]) -> list[float]:
     """Sum of the weights of the question words each unit holds, plus a bonus inside the retriever's chunk."""
     hit = page.hit
     scores = []
-    for s, e in page.units:
+    for s, e in page.spans:
         words = set(tokenize(page.text[s:e]))
         score = sum(w for t, w in weights.items() if t in words)
         if hit.start <= s and e <= hit.end:
@@ -66,19 +55,10 @@ def score_units(page: Page, weights: dict[str, float]) -> list[float]:
     return scores
 
 
-def load_pages(hits: list[Hit], retriever: Retriever) -> list[Page]:
-    pages = []
-    for hit in hits:
-        chunks = retriever.page_passages(hit.collection, hit.page) or [hit]
-        text = page_text(chunks)
-        pages.append(Page(hit, text, chunks, sentence_spans(text), []))
-    return pages
-
-
 def window(page: Page, seed: int, size: int) -> list[int]:
     """Unit indices of a window of about ``size`` characters around unit ``seed``: one unit before,
     then following units (a sentence is more often explained by what follows it), then earlier ones."""
-    units = page.units
+    units = page.spans
     chosen = [seed]
     if seed > 0 and units[seed][1] - units[seed - 1][0] <= size:
         chosen.append(seed - 1)
@@ -95,7 +75,7 @@ def window(page: Page, seed: int, size: int) -> list[int]:
 
 def with_table_header(page: Page, chosen: set[int]) -> set[int]:
     """Add the header row of every Markdown table a chosen row belongs to (the first row of its block)."""
-    is_row = [bool(_TABLE_ROW.match(page.text[s:e])) for s, e in page.units]
+    is_row = [bool(_TABLE_ROW.match(page.text[s:e])) for s, e in page.spans]
     extra = set()
     for i in chosen:
         if is_row[i]:
@@ -107,24 +87,23 @@ def with_table_header(page: Page, chosen: set[int]) -> set[int]:
 
 
 def span_chars(page: Page, chosen: set[int]) -> int:
-    return sum(page.units[i][1] - page.units[i][0] + 1 for i in chosen)
+    return sum(page.spans[i][1] - page.spans[i][0] + 1 for i in chosen)
 
 
-def choose_context(question: str, hits: list[Hit], retriever: Retriever, budget: int | None = None) -> list[Hit]:
+def choose_context(question: str, pages: list[Page], budget: int | None = None) -> list[Hit]:
     """One passage per ranked page holding the page's best sentences, all within ``budget`` characters."""
     budget = budget or config.CONTEXT_CHARS
-    pages = load_pages(hits, retriever)
-    weights = term_weights(question, [p.text[s:e] for p in pages for s, e in p.units])
+    weights = term_weights(question, [p.text[s:e] for p in pages for s, e in p.spans])
     chosen: list[set[int]] = []
+    scores = [score_units(page, weights) for page in pages]
     for page in pages:
-        page.scores = score_units(page, weights)
         short = len(page.text) <= config.CONTEXT_WHOLE_PAGE_CHARS
-        chosen.append(set(range(len(page.units))) if short else set())
+        chosen.append(set(range(len(page.spans))) if short else set())
     used = sum(span_chars(p, c) for p, c in zip(pages, chosen))
     # every page first gets a window around its best unit, best-ranked page first
-    seeds = [(p_i, max(range(len(p.units)), key=lambda u: p.scores[u])) for p_i, p in enumerate(pages) if p.units and not chosen[p_i]]
+    seeds = [(p_i, max(range(len(p.spans)), key=lambda u: scores[p_i][u])) for p_i, p in enumerate(pages) if p.spans and not chosen[p_i]]
     # then the best units anywhere, by score (a page's rank breaks ties)
-    rest = sorted(((p.scores[u], -p_i, u) for p_i, p in enumerate(pages) for u in range(len(p.units)) if p.scores[u] > 0), reverse=True)
+    rest = sorted(((scores[p_i][u], -p_i, u) for p_i, p in enumerate(pages) for u in range(len(p.spans)) if scores[p_i][u] > 0), reverse=True)
     for p_i, u in seeds + [(-neg, u) for _, neg, u in rest]:
         page = pages[p_i]
         if u in chosen[p_i]:
@@ -145,7 +124,7 @@ def passage(page: Page, chosen: set[int]) -> Hit:
             runs[-1].append(i)
         else:
             runs.append([i])
-    spans = [(page.units[r[0]][0], page.units[r[-1]][1]) for r in runs]
+    spans = [(page.spans[r[0]][0], page.spans[r[-1]][1]) for r in runs]
     text = GAP.join(page.text[s:e] for s, e in spans)
     start, end = spans[0][0], spans[-1][1]
     boxes = [box for c in page.chunks if c.ocr_boxes and c.start < end and c.end > start for box in json.loads(c.ocr_boxes)]

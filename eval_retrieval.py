@@ -73,28 +73,29 @@ import config
 import evidence
 import ingest
 import models
-from retriever import Hit, Retriever, page_text
+from pages import page_text
+from retriever import PRODUCT, Hit, Retriever, Steps
 from text_utils import LEGAL_SUFFIX, NAME_RUN, tokenize
 
 log = logging.getLogger(__name__)
 
-# name -> Retriever.search options; "hybrid" is the configuration the app uses (every setting from config.py)
-BEFORE_ISSUE_18 = {"question_parsing": False, "fusion": "rrf", "routing": False, "statement_hints": False, "acronyms": False}
+# name -> the search's Steps; "hybrid" is the configuration the app uses (retriever.PRODUCT)
+BEFORE_ISSUE_18 = {"question_parsing": False, "fusion": "rrf", "routing": False, "domain_hints": False, "acronyms": False}
 ABLATIONS = {
-    "semantic": {"mode": "semantic", "page_refs": False, "statement_hints": False},
-    "bm25": {"mode": "bm25", "page_refs": False, "statement_hints": False},
-    "hybrid-plain": {"mode": "hybrid", "page_refs": False, "keyword_seat": False, **BEFORE_ISSUE_18},
-    "hybrid-no-page-refs": {"mode": "hybrid", "page_refs": False, "keyword_seat": True, **BEFORE_ISSUE_18},
-    "hybrid-no-keyword-seat": {"mode": "hybrid", "page_refs": True, "keyword_seat": False, **BEFORE_ISSUE_18},
-    "hybrid-main": {"mode": "hybrid", "page_refs": True, "keyword_seat": True, **BEFORE_ISSUE_18},  # before issue 18
-    "hybrid-no-parsing": {"mode": "hybrid", "question_parsing": False},
-    "hybrid-no-routing": {"mode": "hybrid", "routing": False},
-    "hybrid-no-acronyms": {"mode": "hybrid", "acronyms": False},
-    "hybrid-no-statement-hints": {"mode": "hybrid", "statement_hints": False},
-    "hybrid-no-page-refs-now": {"mode": "hybrid", "page_refs": False},
-    "hybrid-no-keyword-seat-now": {"mode": "hybrid", "keyword_seat": False},
-    "hybrid-rrf": {"mode": "hybrid", "fusion": "rrf"},
-    "hybrid": {"mode": "hybrid"},
+    "semantic": Steps(mode="semantic", page_refs=False, domain_hints=False),
+    "bm25": Steps(mode="bm25", page_refs=False, domain_hints=False),
+    "hybrid-plain": Steps(page_refs=False, keyword_seat=False, **BEFORE_ISSUE_18),
+    "hybrid-no-page-refs": Steps(page_refs=False, keyword_seat=True, **BEFORE_ISSUE_18),
+    "hybrid-no-keyword-seat": Steps(page_refs=True, keyword_seat=False, **BEFORE_ISSUE_18),
+    "hybrid-main": Steps(page_refs=True, keyword_seat=True, **BEFORE_ISSUE_18),  # before issue 18
+    "hybrid-no-parsing": Steps(question_parsing=False),
+    "hybrid-no-routing": Steps(routing=False),
+    "hybrid-no-acronyms": Steps(acronyms=False),
+    "hybrid-no-statement-hints": Steps(domain_hints=False),
+    "hybrid-no-page-refs-now": Steps(page_refs=False),
+    "hybrid-no-keyword-seat-now": Steps(keyword_seat=False),
+    "hybrid-rrf": Steps(fusion="rrf"),
+    "hybrid": PRODUCT,
 }
 PERTURB_ABLATIONS = ("semantic", "bm25", "hybrid-main", "hybrid")
 DEFAULT_QUESTIONS = Path(config.INPUT_DATA_DIR) / "eval_questions.json"
@@ -400,13 +401,13 @@ def question_scope(q: dict, scope_name: str, collections: dict[str, str], doc_ty
 
 
 def run_ablation(retriever: Retriever, questions: list[dict], collections: dict[str, str], doc_types: dict[str, str],
-                 scope_name: str, options: dict, k: int, desc: str) -> list[tuple[dict, list, dict]]:
+                 scope_name: str, steps: Steps, k: int, desc: str) -> list[tuple[dict, list, dict]]:
     """(question, hits, metrics row) for every answerable question under one ablation and scope."""
     out = []
     for q in tqdm(questions, desc=desc, unit="q", leave=False):
         scope = question_scope(q, scope_name, collections, doc_types)
         gold = {(collections[q["doc"]], p) for p in q["pages"]}
-        hits = retriever.search(q["question"], k=k, scope=scope, **options)
+        hits = retriever.search(q["question"], k=k, scope=scope, steps=steps)
         row = {"category": q["category"], "doc_type": doc_types.get(q["doc"], "unknown"),
                **page_metrics([(h.collection, h.page) for h in hits], gold, k)}
         out.append((q, hits, row))
@@ -438,13 +439,13 @@ def evaluate(retriever: Retriever, questions: list[dict], collections: dict[str,
                                   "answer_on_gold_page": sum(countable.values()) - quoted}}
     log.info("evidence@%d judges %d of %d answerable questions (%d by quotes)", EVIDENCE_AT, sum(countable.values()), len(answerable), quoted)
     for scope_name in scopes:
-        for ablation, options in (ablations or ABLATIONS).items():
-            runs = run_ablation(retriever, answerable, collections, doc_types, scope_name, options, k, f"{scope_name}/{ablation}")
+        for ablation, steps in (ablations or ABLATIONS).items():
+            runs = run_ablation(retriever, answerable, collections, doc_types, scope_name, steps, k, f"{scope_name}/{ablation}")
             if ablation == "hybrid":
                 for q, hits, row in tqdm(runs, desc=f"{scope_name}/evidence", unit="q", leave=False):
                     scope = question_scope(q, scope_name, collections, doc_types)
                     gold = {(collections[q["doc"]], p) for p in q["pages"]}
-                    lines = evidence.best_lines(q["question"], hits, retriever, n=EVIDENCE_AT)
+                    lines = evidence.best_lines(q["question"], retriever.load_pages(hits), retriever, n=EVIDENCE_AT)
                     row["evidence"] = int(evidence_shown(q, lines, collections[q["doc"]], retriever)) if countable[id(q)] else None
                     results["per_question"].append(
                         {"scope": scope_name, "question": q["question"], "doc": q["doc"], "gold_pages": q["pages"],
@@ -647,7 +648,7 @@ def main(argv: list[str] | None = None) -> int:
         collections = ingest_needed(all_questions, args.pdf_dir or default_pdf_dir(args.questions), client, embedder)
     questions = [q for q in all_questions if id(q) in in_split and (not args.subset or q.get("split") == args.subset)][: args.limit]
     chosen = set(args.ablations.split(",")) | {"hybrid"} if args.ablations else set(ABLATIONS)
-    ablations = {name: options for name, options in ABLATIONS.items() if name in chosen}
+    ablations = {name: steps for name, steps in ABLATIONS.items() if name in chosen}
     doc_types = {q["doc"]: q["doc_type"] for q in all_questions if q.get("doc_type")}
     retriever = Retriever(client, embedder)
     retriever.refresh()

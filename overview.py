@@ -37,7 +37,8 @@ import ingest
 import prompts
 from language import language_name, question_language
 from outline import Section, document_outline, page_range
-from retriever import Hit, Retriever, page_text
+from pages import page_text
+from retriever import Hit, Retriever
 from safe_text import fence_text
 
 log = logging.getLogger(__name__)

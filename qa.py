@@ -4,11 +4,13 @@
       -> greeting?                 canned reply, no retrieval
       (passages given instead?     the model reads those; the steps up to context.choose_context are skipped)
       -> follow-up?                the LLM rewrites it into a standalone search query
+      -> question.parse_question() read once: the search query, its instructions, its hints
       -> retriever.search()        top-k pages, each as its best passage
+      -> retriever.load_pages()    each of those pages once: text, chunks, lines, sentence spans
       -> evidence.best_lines()     the lines of those pages that answer, ready before any model call
                                    (``AnswerStream.evidence``): the app shows them at once
       -> nothing relevant?         fixed "not found" reply and the nearest passages, no LLM call
-      -> a financial measure?      worked out from the statement pages' own lines (statements.py), no LLM
+      -> worked out in code?       a domain's answer from the pages' own lines (domains.work_out), no LLM
       -> context.choose_context()  what of those pages the model reads: their best sentences and rows
       -> number the passages [1]..[k] and fit them in the model's context (lowest-ranked dropped first)
       -> stream the LLM's answer   (an AnswerStream: iterate it for tokens, read .result after)
@@ -42,16 +44,16 @@ import calc
 import checker
 import config
 import context
+import domains
 import evidence
 import ingest
 import models
 import overview
 import prompts
-import statements
 from checker import CheckedSentence, Citation, strip_markers, verify_answer
 from language import language_name, question_language
-from question import parse_question
-from retriever import Hit, Retriever, page_text
+from question import ParsedQuestion, parse_question
+from retriever import Hit, Retriever
 from text_utils import numbers_in, tokenize
 from safe_text import fence_text, terminal_text
 
@@ -100,14 +102,14 @@ def answer_shape(question: str) -> str:
     return "plain"
 
 
-def question_for_prompt(question: str) -> str:
+def question_for_prompt(question: str | ParsedQuestion) -> str:
     """The question, then its instructions about the answer's form on a line of their own (see question.py).
 
     question_for_prompt("What was capex? State it in USD millions.") -> "What was capex?\nAnswer form: State it in USD millions."
     """
-    parsed = parse_question(question)
+    parsed = question if isinstance(question, ParsedQuestion) else parse_question(question)
     if not parsed.instructions:
-        return question
+        return parsed.text
     return f"{parsed.query}\n{prompts.ANSWER_FORM.format(instructions=' '.join(parsed.instructions))}"
 
 
@@ -180,8 +182,8 @@ def build_messages(question: str, sources: list[Hit], history: list[tuple[str, s
         messages.append(HumanMessage(text) if role == "user" else AIMessage(strip_markers(text)))
     sources_text = "\n\n".join(format_source(i, hit) for i, hit in enumerate(sources, 1))
     shape = prompts.ANSWER_SHAPES[answer_shape(question)]
-    if formulas := calc.formulas_for(question):
-        shape += "\n" + "\n".join(prompts.FORMULA.format(formula=f) for f in formulas)
+    if notes := domains.prompt_notes(question):
+        shape += "\n" + "\n".join(prompts.FORMULA.format(formula=note) for note in notes)
     if (language := question_language(question)) != "en":  # Rule: the answer is in the question's language
         shape += "\n" + prompts.ANSWER_LANGUAGE.format(language=language_name(language))
     messages.append(HumanMessage(prompts.ANSWER_USER.format(sources=sources_text, question=question, shape=shape)))
@@ -312,23 +314,6 @@ def _fixed(answer: Answer, text: str) -> AnswerStream:
     return AnswerStream(iter([text]), finish, answer.evidence)
 
 
-def measure_from_statements(question: str, hits: list[Hit], retriever: Retriever) -> tuple[str, list[Hit]] | None:
-    """A financial measure read off the statement pages among the hits (statements.py), and the pages it cites.
-
-    Only the top hit's document is read: one measure comes from one company's statements.
-    """
-    if not statements.measure_asked(question):
-        return None
-    document = [h for h in hits if h.collection == hits[0].collection]
-    pages = list({h.page: h for h in document}.values())
-    whole = [page_text(retriever.page_passages(h.collection, h.page)) for h in pages]
-    if not (worked := statements.work_out(question, whole)):
-        return None
-    text, cited = worked
-    log.info("Worked out from the statements on pages %s, no model call", [pages[i].page for i in cited])
-    return text, [replace(pages[i], start=0, end=len(whole[i]), text=whole[i]) for i in cited]
-
-
 def ask(
     question: str,
     retriever: Retriever,
@@ -362,13 +347,15 @@ def ask(
             return _fixed(answer, overview.which_document_text(docs, kind))
         if docs and (kind != "compare" or len(docs) > 1):
             return whole_document_answer(kind, docs, question, retriever, llm, answer, stage, t0)
+    query = question
+    if passages is None and needs_rewrite(question, history):
+        query = answer.rewritten_query = rewrite_query(llm, question, history)
+    parsed = parse_question(query)  # read once: the search, the evidence lines and the prompt all use it
     if passages is None:
-        query = question
-        if needs_rewrite(question, history):
-            query = answer.rewritten_query = rewrite_query(llm, question, history)
         stage("Searching your documents…")
-        hits = retriever.search(query, k=k, scope=scope)
-        answer.evidence = evidence.best_lines(query, hits, retriever)
+        hits = retriever.search(parsed, k=k, scope=scope)
+        pages = retriever.load_pages(hits)
+        answer.evidence = evidence.best_lines(parsed, pages, retriever)
         answer.evidence_seconds = time.perf_counter() - t0
         log.info("Evidence: %d lines after %.2fs", len(answer.evidence), answer.evidence_seconds)
         # Rule: when nothing found is close to the question, say so without asking the model.
@@ -378,7 +365,7 @@ def ask(
             answer.refused, answer.sources = True, hits
             return _fixed(answer, prompts.NOT_FOUND)
     else:
-        answer.evidence = evidence.best_lines(question, passages, retriever)
+        answer.evidence = evidence.best_lines(parsed, retriever.load_pages(passages), retriever)
 
     def finish(text: str) -> Answer:
         stage("Checking the citations…")
@@ -387,13 +374,15 @@ def ask(
         log.info("Answered in %.1fs, confidence %s", answer.seconds, answer.confidence)
         return answer
 
-    asked = question_for_prompt(question)  # the retriever searched the question without these instructions
+    # the retriever searched the question without these instructions
+    asked = question_for_prompt(parsed if query == question else parse_question(question))
     if passages is None:
-        if worked := measure_from_statements(asked, hits, retriever):
-            stage("Working it out from the statements…")
+        if worked := domains.answer_in_code(asked, pages):
             text, answer.sources = worked
+            log.info("Worked out from pages %s, no model call", [h.page for h in answer.sources])
+            stage("Working it out from the documents' own figures…")
             return AnswerStream(iter([text]), finish, answer.evidence)
-        passages = context.choose_context(query, hits, retriever)
+        passages = context.choose_context(query, pages)
     sources = fit_sources(asked, passages, history, lambda text: models.count_tokens(llm, text), models.context_length(llm), config.LLM_MAX_TOKENS)
     answer.sources = sources
     stage(f"Reading {len(sources)} passage{'s' if len(sources) != 1 else ''}…")

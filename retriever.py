@@ -2,22 +2,23 @@
 
 One question flows like this:
 
-    question -> question.parse_question(): the question apart from answer-form instructions
-                (units, persona, "relying on the cash flow statement") and the years it names
+    question -> question.parse_question() (once, by the caller): the question apart from
+                answer-form instructions (units, persona, "relying on ...") and the years it names
              -> spelled_out(): each acronym followed by the name it stands for on the page
                 that shares the question's words ("MD" -> "MD (Model Debate)"; routing.py)
-             -> embed (once per fiscal-year wording the library uses) -> cosine top-N chunks
+             -> embed (once per way the library's documents write years) -> cosine top-N chunks
                 of the in-scope documents -> pages                                  (semantic leg)
              -> keyword_tokens -> BM25 over every page's title + keywords + text     (keyword leg)
                 (less the searched documents' own names where printed on most of their pages)
              -> pages the question names outright ("page 14", "cover page")         (page leg)
-             -> pages headed by a statement the instructions name, or that a
-                financial measure asked for is computed from ("current ratio")      (hint leg)
-             -> fusion (RRF, with a seat for each leg's best page by default,
-                and for each statement the question names or its measure is computed
-                from; such a statement's page then leads: the answer is printed there)
+             -> pages a domain marked with one of the question's hints (domains.py)  (hint leg)
+             -> fusion (RRF, with a seat for each leg's best page by default, and for each
+                hint its best page in a document already found; that page then leads)
              -> routing: documents the question names are searched first; the library fills the rest
              -> top-k pages, each shown as its best passage, with a trace
+    hits     -> load_pages(): each page once, with its text, chunks, lines and sentence spans,
+                for the evidence lines, the model's context and a domain's worked-out answer
+    lines    -> line_scores(): keyword and meaning scores of candidate evidence lines
 
 The keyword leg exists because dense vectors blur exact terms (product codes,
 names, numbers) that people search for; the semantic leg finds paraphrases
@@ -53,17 +54,18 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 import numpy as np
 from scipy.sparse import csr_matrix
 
 import config
+import domains
 import ingest
 import models
-from question import parse_question
-from statements import statement_page
+from pages import Page, page_text
+from question import ParsedQuestion, parse_question
 from routing import (
     DocumentProfile,
     distinctive_words,
@@ -75,14 +77,38 @@ from routing import (
     row_labels_with_initials,
     route,
 )
-from text_utils import STOPWORDS, acronyms_written, keyword_tokens, names_with_initials, tokenize, year_wordings, years_named
+from text_utils import STOPWORDS, acronyms_written, keyword_tokens, names_with_initials, tokenize, years_named
 
 log = logging.getLogger(__name__)
 
-# The optional steps of a search, as the product runs them. They are not user settings: eval_retrieval.py
-# passes other values per search (its ABLATIONS) to measure what each step adds; see ``Retriever.search``.
-STEPS = {"question_parsing": True, "page_refs": True, "keyword_seat": True, "statement_hints": True,
-         "acronyms": True, "routing": True, "fusion": "seats"}
+
+
+@dataclass(frozen=True)
+class Steps:
+    """The optional steps of a search; the defaults are the product. Not user settings: the lab
+    (eval_retrieval.ABLATIONS) passes other values, one object per variant, to measure what each adds.
+
+    mode            "hybrid", or one leg alone: "semantic", "bm25"
+    question_parsing  search the question without its instructions about the answer's form (question.py)
+    page_refs       the pages a question names outright ("page 14") as a ranking of their own
+    keyword_seat    the keyword leg's best page stays in the top k whatever fusion ranks it
+    domain_hints    the pages a domain says the question points at (domains.py) as a ranking, with seats
+    acronyms        each acronym also searched as the name it abbreviates on the page (``spelled_out``)
+    routing         the documents a question names searched first, the library filling the rest
+    fusion          "seats": RRF plus the semantic leg's best page; "rrf": RRF alone
+    """
+
+    mode: str = "hybrid"
+    question_parsing: bool = True
+    page_refs: bool = True
+    keyword_seat: bool = True
+    domain_hints: bool = True
+    acronyms: bool = True
+    routing: bool = True
+    fusion: str = "seats"
+
+
+PRODUCT = Steps()
 
 _ORDINALS = {w: i for i, w in enumerate(
     "first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth".split(), 1)}
@@ -157,34 +183,12 @@ class SparseBM25:
 
 
 PageKey = tuple[str, int]  # (collection name, 1-based page number)
-_YEAR_STYLES = ("plain", "fy", "fiscal")
-def fuse(rankings: dict[str, list[tuple[PageKey, float]]], method: str) -> dict[PageKey, float]:
-    """One fused score per page from each leg's (page, score) ranking, best first within a leg.
+def fuse(rankings: dict[str, list[tuple[PageKey, float]]]) -> dict[PageKey, float]:
+    """One fused score per page: Reciprocal Rank Fusion of each leg's (page, score) ranking, best first.
 
-    "rrf" and "seats" add 1 / (RRF_K + rank). "margin" weighs each leg's RRF share by
-    1 + its top score's lead over its runner-up (as a share of the leg's score range),
-    so a leg that is sure of its winner counts up to twice. "score" adds each leg's
-    scores min-max scaled to [0, 1] over its candidates (legs without scores, like
-    named pages, score 1 - (rank-1)/length).
-
-    fuse({"a": [(p, 0.9), (q, 0.3)], "b": [(q, 5.0)]}, "score") -> {p: 1.0, q: 0.0 + 1.0}
+    fuse({"a": [(p, 0.9), (q, 0.3)], "b": [(q, 5.0)]}) -> {p: 1/61, q: 1/62 + 1/61}
     """
-    if method in ("rrf", "seats"):
-        return rrf([[key for key, _ in ranking] for ranking in rankings.values()])
-    fused: dict[PageKey, float] = {}
-    for ranking in rankings.values():
-        if not ranking:
-            continue
-        scores = np.array([score for _, score in ranking], dtype=np.float64)
-        span = scores.max() - scores.min()
-        if method == "margin":
-            weight = 1.0 + ((scores[0] - scores[1]) / span if len(scores) > 1 and span > 0 else 0.0)
-            values = [weight / (config.RRF_K + rank) for rank in range(1, len(ranking) + 1)]
-        else:
-            values = (scores - scores.min()) / span if span > 0 else np.ones(len(scores))
-        for (key, _), value in zip(ranking, values):
-            fused[key] = fused.get(key, 0.0) + float(value)
-    return fused
+    return rrf([[key for key, _ in ranking] for ranking in rankings.values()])
 
 
 def with_seats(top: list[PageKey], seated: list[PageKey]) -> list[PageKey]:
@@ -225,18 +229,7 @@ class Hit:
     keywords: str = ""
     ocr_boxes: str = ""  # JSON line boxes when the page was OCR'd (for highlighting)
     score: float = 0.0  # fused score (RRF or normalised scores)
-    trace: dict = field(default_factory=dict)  # semantic_rank/score, bm25_rank/score, page_ref_rank, statement_rank, fused, routed, seat
-
-
-def page_text(chunks: list[Hit]) -> str:
-    """The page's text rebuilt from its chunks, each placed at its offset (gaps become spaces).
-
-    page_text([Hit(start=0, end=5, text="A a. "...), Hit(start=5, end=9, text="B b.")]) -> "A a. B b."
-    """
-    chars = [" "] * max((c.end for c in chunks), default=0)
-    for c in chunks:
-        chars[c.start : c.end] = c.text
-    return "".join(chars)
+    trace: dict = field(default_factory=dict)  # semantic_rank/score, bm25_rank/score, page_ref_rank, hint_rank, fused, routed, seat
 
 
 def _top_indices(scores: np.ndarray, n: int) -> list[int]:
@@ -298,7 +291,7 @@ class Retriever:
             "profile": document_profile(col.metadata.get("doc_name", name), first_pages, text, language),
             "page_names": {page: set(names_with_initials(text) + row_labels_with_initials(text)) for page, text in page_texts.items()},
             "page_written": {page: acronyms_written(text) for page, text in page_texts.items()},
-            "statement_pages": {page: statement_page(text) for page, text in page_texts.items() if statement_page(text)},
+            "marks": {page: marks for page, text in page_texts.items() if (marks := domains.page_marks(text))},
             "collection": col,
             "language": language,
             "embedder": col.metadata.get("embedder"),
@@ -375,11 +368,12 @@ class Retriever:
             self._profiles = {name: part["profile"] for (name, *_), part in self._loaded.items()}
             self._route_weights = distinctive_words(self._profiles)
             self._index_acronyms()
-            self._statement_pages = {
-                (name, page): heads for (name, *_), part in self._loaded.items() for page, heads in part["statement_pages"].items()
+            self._page_marks = {
+                (name, page): marks for (name, *_), part in self._loaded.items() for page, marks in part["marks"].items()
             }
-            owner_style = np.array([_YEAR_STYLES.index(part["profile"].year_style) for part in self._loaded.values()], dtype=np.int8)
-            self._row_year_style = owner_style[self._row_owner] if len(row_owner) else np.zeros(0, dtype=np.int8)
+            self._wordings = domains.wordings()
+            owner_wording = np.array([self._wordings.index(part["profile"].wording) for part in self._loaded.values()], dtype=np.int8)
+            self._row_wording = owner_wording[self._row_owner] if len(row_owner) else np.zeros(0, dtype=np.int8)
             self._signature = None if missed else signature  # None: look again at the next refresh
             log.info("Index rebuilt: %d documents, %d pages, %d chunks (%d documents of another embedder left out)",
                      len(self._collections), len(self._pages), len(ids), len(self._other_embedder))
@@ -443,17 +437,17 @@ class Retriever:
 
     def _similarity(self, question: str) -> np.ndarray:
         """Cosine of the question with every chunk, each embedder's chunks with the question as that
-        embedder reads it; a question naming a year is embedded once per fiscal-year wording in the
-        library, and each chunk is compared with its document's wording."""
+        embedder reads it; a question naming a year is embedded once per way the library's documents
+        write years (domains.wording_of), and each chunk is compared with its document's wording."""
         similarity = np.empty(len(self._ids), dtype=np.float32)
         for embedder, (rows, vectors) in self._vector_groups.items():
             if not years_named(question):
                 similarity[rows] = vectors @ self._embed_query(embedder, question)
                 continue
-            styles = self._row_year_style[rows]
-            for code, style in enumerate(_YEAR_STYLES):
-                if (styles == code).any():
-                    similarity[rows[styles == code]] = vectors[styles == code] @ self._embed_query(embedder, year_wordings(question, style))
+            wordings = self._row_wording[rows]
+            for code, wording in enumerate(self._wordings):
+                if (wordings == code).any():
+                    similarity[rows[wordings == code]] = vectors[wordings == code] @ self._embed_query(embedder, domains.in_wording(question, wording))
         return similarity
 
     def similarities(self, question: str, texts: list[str], collections: list[str]) -> np.ndarray:
@@ -546,22 +540,21 @@ class Retriever:
         ]
         return sorted(named, key=lambda key: sem_rank.get(key, len(sem_rank)))
 
-    def statement_pages(self, statements: list[str], scope: list[str] | None, semantic: list[tuple[PageKey, float, str]]) -> list[PageKey]:
-        """Pages headed by a financial statement the question's instructions name, best semantic match first."""
+    def hinted_pages(self, hints: list[str], scope: list[str] | None, semantic: list[tuple[PageKey, float, str]]) -> list[PageKey]:
+        """Pages a domain marked with one of the question's ``hints`` (ParsedQuestion.hints), best semantic match first."""
         in_scope = set(self._in_scope(scope))
         sem_rank = {key: rank for rank, (key, _, _) in enumerate(semantic)}
-        pages = [key for key, heads in self._statement_pages.items() if key[0] in in_scope and set(heads) & set(statements)]
+        pages = [key for key, marks in self._page_marks.items() if key[0] in in_scope and set(marks) & set(hints)]
         return sorted(pages, key=lambda key: (sem_rank.get(key, len(sem_rank)), key))[: config.CANDIDATES]
 
-    def statement_seats(self, statements: list[str], hinted: list[PageKey], fused: dict[PageKey, float],
-                        top: list[PageKey]) -> list[PageKey]:
-        """For each statement a financial measure of the question is computed from, its best-fused page
-        in a document already among the ``top`` results: "Nike's current ratio" needs the balance sheet in
-        the top k, however its words score, but "EPS code AR03" of a college's market list needs no filing."""
+    def hint_seats(self, hints: list[str], hinted: list[PageKey], fused: dict[PageKey, float], top: list[PageKey]) -> list[PageKey]:
+        """For each of the question's ``hints``, its best-fused marked page in a document already among the
+        ``top`` results: a question pointing at a kind of page needs it in the top k, however its words
+        score, but only in documents the search already found."""
         documents = {collection for collection, _ in top}
         seats = []
-        for statement in statements:
-            pages = [key for key in hinted if key[0] in documents and statement in self._statement_pages.get(key, [])]
+        for hint in hints:
+            pages = [key for key in hinted if key[0] in documents and hint in self._page_marks.get(key, [])]
             if pages:
                 seats.append(max(pages, key=lambda key: fused.get(key, 0.0)))
         return seats
@@ -628,81 +621,56 @@ class Retriever:
 
     # -- fusion ---------------------------------------------------------------
 
-    def search(
-        self,
-        question: str,
-        k: int | None = None,
-        scope: list[str] | None = None,
-        mode: str = "hybrid",
-        page_refs: bool | None = None,
-        keyword_seat: bool | None = None,
-        question_parsing: bool | None = None,
-        fusion: str | None = None,
-        routing: bool | None = None,
-        statement_hints: bool | None = None,
-        acronyms: bool | None = None,
-    ) -> list[Hit]:
+    def search(self, question: str | ParsedQuestion, k: int | None = None, scope: list[str] | None = None,
+               steps: Steps = PRODUCT) -> list[Hit]:
         """The ``k`` best pages for ``question``, each as its best passage, with traces.
 
-        ``mode`` is "hybrid", "semantic" or "bm25"; the single-leg modes exist for
-        the evaluation's ablations. The other options default to ``STEPS``:
-        ``question_parsing`` searches only the question, not its instructions
-        about the answer's form (question.py). ``page_refs`` adds the pages
-        the question names as a ranking; ``statement_hints`` adds the
-        pages headed by a financial statement its instructions name. ``fusion``:
-        "rrf" ranks by reciprocal ranks; "seats" also keeps each leg's best
-        page; "margin" weighs each leg by how far its winner leads; "score" adds each
-        leg's normalised scores (see ``fuse``). ``keyword_seat`` keeps the keyword leg's best page in
-        the results even when fusion ranks it below k. ``routing`` searches the
-        documents the question names first and fills the rest from the library (routing.py). ``acronyms``
-        follows each acronym with the name whose initials it is on the page sharing
-        the question's words, so "TWS" also searches "Tomorrow's Workplace Skills" (``spelled_out``).
+        ``question`` is the text or, read once by the caller, its ``ParsedQuestion``. ``steps`` says
+        which optional steps run (``Steps``; the product runs them all).
 
         Documents made with another embedder are left out (``other_embedder_documents``); a ``scope``
         naming only such documents raises ``ingest.EmbedderMismatchError`` saying so.
         """
         k = k or config.TOP_K
-        options = {"page_refs": page_refs, "keyword_seat": keyword_seat, "question_parsing": question_parsing,
-                   "fusion": fusion, "routing": routing, "statement_hints": statement_hints, "acronyms": acronyms}
-        page_refs, keyword_seat, question_parsing, fusion, routing, statement_hints, acronyms = (
-            STEPS[name] if value is None else value for name, value in options.items())  # None: as the product runs
-        parsed = parse_question(question) if question_parsing else None
-        query = parsed.query if parsed else question
+        parsed = question if isinstance(question, ParsedQuestion) else parse_question(question) if steps.question_parsing else None
+        query = parsed.query if parsed and steps.question_parsing else parsed.text if parsed else question
+        hints = parsed.hints if parsed and steps.question_parsing and steps.domain_hints else []
+        mode = steps.mode
         with self._lock:  # browser tabs share one retriever
             self._refresh_if_stale()
             self._check_scope(scope)
-            query = self.spelled_out(query, scope) if acronyms else query
-            semantic = self.semantic(query, scope) if mode != "bm25" or page_refs or statement_hints else []
+            query = self.spelled_out(query, scope) if steps.acronyms else query
+            semantic = self.semantic(query, scope) if mode != "bm25" or steps.page_refs or hints else []
             keyword = self.keyword(query, scope) if mode != "semantic" else []
-            named = self.named_pages(query, scope, semantic) if page_refs else []
-            hinted = self.statement_pages(parsed.statements, scope, semantic) if statement_hints and parsed and parsed.statements else []
+            named = self.named_pages(query, scope, semantic) if steps.page_refs else []
+            hinted = self.hinted_pages(hints, scope, semantic) if hints else []
             if mode == "bm25":
                 semantic = []
             legs = {"semantic": [(key, sim) for key, sim, _ in semantic], "bm25": keyword,
-                    "page_ref": ranked(named), "statement": ranked(hinted)}
-            fused = fuse(legs, fusion)
+                    "page_ref": ranked(named), "hint": ranked(hinted)}
+            fused = fuse(legs)
             trace: dict[PageKey, dict] = {key: {"fused": score} for key, score in fused.items()}
             for leg, ranking in legs.items():
                 for rank, (key, score) in enumerate(ranking, 1):
                     trace[key][f"{leg}_rank"] = rank
                     if leg in ("semantic", "bm25"):
                         trace[key][f"{leg}_score"] = round(score, 4)
-            named_docs = self.named_documents(query, scope) if routing and mode == "hybrid" else {}
+            named_docs = self.named_documents(query, scope) if steps.routing and mode == "hybrid" else {}
             top = by_fusion = sorted(fused, key=lambda key: -fused[key])[:k]
             if mode == "hybrid":
-                seats = [legs["bm25"][:1]] * keyword_seat + [legs["semantic"][:1]] * (fusion == "seats")
+                seats = [legs["bm25"][:1]] * steps.keyword_seat + [legs["semantic"][:1]] * (steps.fusion == "seats")
                 seated = [leg_best[0][0] for leg_best in seats if leg_best]
-                named_statements = self.statement_seats(parsed.statements if parsed and statement_hints else [], hinted, fused, by_fusion)
-                top = with_seats(by_fusion, seated + named_statements)
+                hint_seats = self.hint_seats(hints, hinted, fused, by_fusion)
+                top = with_seats(by_fusion, seated + hint_seats)
                 for key in set(top) - set(by_fusion):
                     trace[key]["seat"] = True
-                # the statement the question names is where its answer is printed: its page leads
-                top = [key for key in named_statements if key in top] + [key for key in top if key not in named_statements]
+                # the page a hint points at is where the answer is printed: it leads
+                top = [key for key in hint_seats if key in top] + [key for key in top if key not in hint_seats]
             best_chunk = {key: chunk_id for key, _, chunk_id in semantic}
             hits = [self._hit(best_chunk.get(key) or self._best_keyword_chunk(key, query), fused[key], trace[key]) for key in top]
             if named_docs and len(named_docs) < len(self._in_scope(scope)):
                 hits = self._named_first(named_docs, hits, k, lambda named: self.search(
-                    question, k, named, mode, page_refs, keyword_seat, question_parsing, fusion, False, statement_hints, acronyms))
+                    parsed or question, k, named, replace(steps, routing=False)))
             return hits
 
     @staticmethod
@@ -716,6 +684,35 @@ class Retriever:
             hit.trace["routed"] = round(named_docs[hit.collection], 2)
         shown = {(hit.collection, hit.page) for hit in first}
         return (first + [hit for hit in library_hits if (hit.collection, hit.page) not in shown])[:k]
+
+    def load_pages(self, hits: list[Hit]) -> list[Page]:
+        """Each hit's page, whole, in one visit: what the evidence lines, the model's context and a domain's
+        worked-out answer read, so no step rebuilds a page from its chunks again."""
+        with self._lock:
+            self._refresh_if_stale()
+            chunks = {(h.collection, h.page): [self._hit(i, 0.0, {}) for i in self._page_chunks.get((h.collection, h.page), [])]
+                      for h in hits}
+        pages = []
+        for hit in hits:
+            found = sorted(chunks[hit.collection, hit.page], key=lambda c: c.start) or [hit]
+            pages.append(Page(hit, page_text(found), found))
+        return pages
+
+    def line_scores(self, query: str, texts: list[str], collections: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Keyword and meaning scores of candidate lines (``texts``, of documents ``collections``) for ``query``.
+
+        Keyword: BM25 over these lines for the query's words, leaving out, for each document, the words
+        printed on most of its pages (its own name, say), which tell no line apart. Meaning: the cosine
+        of query and line (``similarities``).
+        """
+        words = self.query_tokens(query, sorted(set(collections)))
+        index = SparseBM25([keyword_tokens(t, self.language(c)) for c, t in zip(collections, texts)])
+        keyword = np.zeros(len(texts))
+        for collection in set(collections):
+            common = self.words_on_most_pages(collection, words, config.EVIDENCE_COMMON_SHARE)
+            rows = np.array([c == collection for c in collections])
+            keyword[rows] = index.get_scores([w for w in words if w not in common])[rows]
+        return keyword, self.similarities(query, texts, collections)
 
     def page_passages(self, collection: str, page: int) -> list[Hit]:
         """Every stored chunk of one page, in reading order (``context.py`` picks what the model reads)."""

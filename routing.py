@@ -2,7 +2,7 @@
 
     first pages of a document (text + page labels) + its file name
       -> DocumentProfile: title, name words (capitalised words, file-name words), acronyms,
-         years, a document type, how it writes fiscal years
+         years, a document type and the period its cover states, how it writes years (the last three as a domain reads them: domains.py)
     question -> names_in_question(): the words it writes as names ("Godfrey" of "GODFREY PHILLIPS INDIA LIMITED")
     those names + every in-scope profile
       -> route(): {collection: score} for the documents the question names
@@ -42,7 +42,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import config
-from text_utils import ACRONYM, FIGURES_LINE, MONTHS, acronyms_written, initials, year_style, years_named
+import domains
+from text_utils import ACRONYM, FIGURES_LINE, MONTHS, acronyms_written, initials, years_named
 
 _CAPITALISED = re.compile(r"\b[A-Z][\w&'-]*")
 _STANDALONE_ACRONYM = re.compile(r"(?<![\w-])[A-Z][A-Z0-9&]{1,5}(?![\w-])")
@@ -52,18 +53,11 @@ _QUESTION_NAME = re.compile(rf"\b(?!(?:{MONTHS})\b)(?:[A-Z]|\d[A-Z]+\b)[\w&-]*(?
 _POSSESSIVE = re.compile(r"['\u2019]s$")
 _SENTENCE_START = re.compile(r"(?:^|[.?!:;]\s+|\n)$")
 _FILE_WORD = re.compile(r"[A-Za-z]{3,}|(?<![A-Za-z0-9])\d[A-Za-z]+(?![A-Za-z0-9])")  # "3M" of "3M_2018_10K.pdf"
-# The period a report covers, as its cover states it: "For the fiscal year ended December 31, 2022",
-# "for the quarterly period ended June 30, 2023", "Three months ended December 31, 2022".
-_PERIOD_ENDED = re.compile(rf"\b(?:year|period|quarter|months|weeks)\s+ended\s+(?:(?:{MONTHS})\.?\s+\d{{1,2}},?\s+)?((?:19|20)\d\d)\b",
-                           re.IGNORECASE)
 # A word in lower case outside web and mail addresses ("costco" of "costco.com" is still a name).
 _LOWER_WORD = re.compile(r"(?<![\w./@-])[a-z][a-z-]*(?![\w/@]|\.[a-z])")
 
-# Document types by the words their first pages use; first match wins.
+# Document types by the words their first pages use; first match wins, a domain's types first (domains.py).
 DOC_TYPES = [
-    ("annual report", r"\b(?:form\s+10-?k|annual\s+report)\b"),
-    ("quarterly report", r"\b(?:form\s+10-?q|quarterly\s+report|interim\s+report)\b"),
-    ("financial statements", r"\b(?:balance\s+sheets?|statements?\s+of\s+cash\s+flows|income\s+statement)\b"),
     ("academic paper", r"\babstract\b.*\b(?:introduction|university|arxiv)\b|\barxiv\b"),
     ("manual", r"\b(?:user\s+manual|user\s+guide|instructions?\s+for\s+use|quick\s+start|handbook)\b"),
     ("survey report", r"\b(?:survey|respondents|research\s+center)\b"),
@@ -79,10 +73,10 @@ class DocumentProfile:
     acronyms: set[str] = field(default_factory=set)
     years: list[str] = field(default_factory=list)  # most frequent first
     doc_type: str = ""
-    year_style: str = "plain"  # how the document writes fiscal years: "fy" FY2019, "fiscal" fiscal 2019, "plain" 2019
+    wording: str = "plain"  # how the document writes years, as a domain reads it (domains.wording_of)
     file_words: set[str] = field(default_factory=set)  # the words of its file name, which its owner chose
     lower_words: set[str] = field(default_factory=set)  # the words it writes in lower case somewhere
-    own_year: str = ""  # the year of the period its cover says it reports ("for the fiscal year ended June 30, 2023")
+    own_year: str = ""  # the year of the period its cover says it covers (domains.report_period)
 
 
 def acronyms_in(text: str) -> set[str]:
@@ -233,11 +227,10 @@ def document_profile(doc_name: str, first_pages: list[str], all_text: str = "", 
     names = {name for name in (_POSSESSIVE.sub("", w).lower() for w in capitalised if len(w) > 2) if name not in common}
     file_words = {w.lower() for w in _FILE_WORD.findall(doc_name.rsplit(".", 1)[0])}
     years = [year for year, _ in Counter(years_named(head)).most_common()]
-    doc_type = next((name for name, pattern in DOC_TYPES if re.search(pattern, head, re.IGNORECASE | re.DOTALL)), "")
+    doc_type = next((name for name, pattern in domains.document_types() + DOC_TYPES if re.search(pattern, head, re.IGNORECASE | re.DOTALL)), "")
     acronyms = acronyms_in(head) - common  # "TO" on a cover page is the word "to" in capitals
-    own = _PERIOD_ENDED.search(head)
-    return DocumentProfile(title[:120], names | file_words, acronyms, years, doc_type, year_style(all_text or head),
-                           file_words, common, own.group(1) if own else "")
+    return DocumentProfile(title[:120], names | file_words, acronyms, years, doc_type, domains.wording_of(all_text or head),
+                           file_words, common, domains.report_period(head))
 
 
 def distinctive_words(profiles: dict[str, DocumentProfile]) -> dict[str, float]:

@@ -290,7 +290,7 @@ def time_evidence(client, questions: list[str]) -> dict:
         t0 = time.perf_counter()
         hits = retriever.search(q)
         t1 = time.perf_counter()
-        evidence.best_lines(q, hits, retriever)
+        evidence.best_lines(q, retriever.load_pages(hits), retriever)
         t2 = time.perf_counter()
         search_ms.append((t1 - t0) * 1000)
         evidence_ms.append((t2 - t0) * 1000)

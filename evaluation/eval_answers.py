@@ -366,7 +366,7 @@ def context_report(questions: list[dict], collections: dict[str, str], retriever
         col = collections[q["doc"]]
         hits = retriever.search(q["question"], scope=[col])
         t0 = time.perf_counter()
-        chosen = context.choose_context(q["question"], hits, retriever)
+        chosen = context.choose_context(q["question"], retriever.load_pages(hits))
         rows.append({"text_table": is_text_or_table(q["category"]),
                      "page_hit": any(h.page in q["pages"] for h in hits),
                      "on_gold_pages": answer_in_context(q, eval_retrieval.gold_page_texts(q, col, retriever)),

@@ -24,7 +24,7 @@ def test_the_model_reads_the_sentence_with_the_answer_even_outside_the_best_chun
     pdf = write_text_pdf(tmp_path / "release.pdf", [long_page, "Contact: investor relations, 12 Harbour Road."])
     retriever, collection = _retriever(store, embedder, pdf)
     hits = retriever.search("What share of net sales were wages and benefits?", scope=[collection])
-    chosen = context.choose_context("What share of net sales were wages and benefits?", hits, retriever)
+    chosen = context.choose_context("What share of net sales were wages and benefits?", retriever.load_pages(hits))
     first = chosen[0]
     assert first.page == 1 and "11.4% of net sales" in first.text
     assert len(first.text) < len(long_page)  # a long page is read in parts, not whole
@@ -36,7 +36,7 @@ def test_a_short_page_is_read_whole(store, embedder, tmp_path):
     pdf = write_text_pdf(tmp_path / "memo.pdf", ["Staff notice. The staff door code is 4711. Please keep it private."])
     retriever, collection = _retriever(store, embedder, pdf)
     hits = retriever.search("What is the staff door code?", scope=[collection])
-    [chosen] = context.choose_context("What is the staff door code?", hits, retriever)
+    [chosen] = context.choose_context("What is the staff door code?", retriever.load_pages(hits))
     assert chosen.text == "Staff notice. The staff door code is 4711. Please keep it private."
 
 
@@ -50,6 +50,6 @@ def test_a_table_row_comes_with_its_header_row(store, embedder, tmp_path):
     pdf = write_text_pdf(tmp_path / "income.pdf", [page])
     retriever, collection = _retriever(store, embedder, pdf)
     question = "What was operating income in 2023?"
-    [chosen] = context.choose_context(question, retriever.search(question, scope=[collection]), retriever)
+    [chosen] = context.choose_context(question, retriever.load_pages(retriever.search(question, scope=[collection])))
     assert "| Operating income | 412.0 | 318.0 |" in chosen.text
     assert "| | 2023 | 2022 |" in chosen.text

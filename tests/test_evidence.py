@@ -7,8 +7,10 @@ from pathlib import Path
 import pymupdf
 
 import evidence
+import finance
 import ingest
 from conftest import write_text_pdf
+from pages import page_lines
 from retriever import Retriever
 
 ROWS = [
@@ -45,7 +47,7 @@ def statement_pdf(path: Path) -> Path:
 
 def test_a_statement_row_is_read_with_its_label_and_column_years():
     text = "Cash Flows\n2018\n2017\n \nPurchases of PP&E\n \n(1,577) \n \n(1,373) \nOther — net\n$\n9 \n$\n(6) \n"
-    rows = [line for line in evidence.page_lines(text) if line.kind == "row"]
+    rows = [line for line in page_lines(text) if line.kind == "row"]
     assert [r.text for r in rows] == [
         "Cash Flows · Purchases of PP&E · 2018: (1,577) · 2017: (1,373)",
         "Cash Flows · Other — net · 2018: 9 · 2017: (6)",
@@ -56,7 +58,7 @@ def test_a_statement_row_is_read_with_its_label_and_column_years():
 def test_wrapped_prose_is_one_sentence_and_bullets_are_items():
     text = ("Share Repurchases\nDuring the fourth quarter of fiscal 2022, the Company repurchased\n722,457 shares of its "
             "common stock at a cost of $328.1 million. The program\ncontinues.\n• Stores opened: 12\n• Stores closed: 3\n")
-    lines = evidence.page_lines(text)
+    lines = page_lines(text)
     assert [(line.kind, line.text) for line in lines] == [
         ("heading", "Share Repurchases"),
         ("sentence", "During the fourth quarter of fiscal 2022, the Company repurchased 722,457 shares of its common stock at a cost of $328.1 million."),
@@ -68,14 +70,14 @@ def test_wrapped_prose_is_one_sentence_and_bullets_are_items():
 
 def test_a_markdown_row_is_read_under_its_header_row():
     text = "Income\n| | 2023 | 2022 |\n| Net income | 296 | 223 |\n"
-    assert [line.text for line in evidence.page_lines(text) if line.kind == "row"][-1] == "Income · Net income · 2023: 296 · 2022: 223"
+    assert [line.text for line in page_lines(text) if line.kind == "row"][-1] == "Income · Net income · 2023: 296 · 2022: 223"
 
 
 def test_the_row_a_question_names_is_the_top_line_with_its_year_heads(store, embedder, tmp_path):
     collection = ingest.ingest_pdf(statement_pdf(tmp_path / "10k.pdf"), store, embedder).collection
     retriever = Retriever(store, embedder)
     question = "What was the operating income in 2022?"
-    lines = evidence.best_lines(question, retriever.search(question, scope=[collection]), retriever)
+    lines = evidence.best_lines(question, retriever.load_pages(retriever.search(question, scope=[collection])), retriever)
     top = lines[0]
     assert top.page == 1 and top.collection == collection
     assert "Operating income" in top.text and "2022: 4,122" in top.text and "2023: 4,357" in top.text
@@ -91,7 +93,7 @@ def test_the_sentence_that_answers_is_found_on_a_long_page(store, embedder, tmp_
     collection = ingest.ingest_pdf(pdf, store, embedder).collection
     retriever = Retriever(store, embedder)
     question = "How many shares did the company buy back in the fourth quarter?"
-    lines = evidence.best_lines(question, retriever.search(question, scope=[collection]), retriever)
+    lines = evidence.best_lines(question, retriever.load_pages(retriever.search(question, scope=[collection])), retriever)
     assert lines[0].text == answer and lines[0].page == 2
 
 
@@ -108,7 +110,7 @@ def test_a_word_on_most_of_a_documents_pages_is_no_keyword_for_its_lines(store, 
     retriever = Retriever(store, embedder)
     lines = ["Acme Corporation annual report, part 2.", "Research spending was 4.2 million.",
              "The stores opened in spring.", "Sales rose in every region.", "The board met four times."]
-    scores = evidence.keyword_scores("How much did Acme spend on research?", [collection] * len(lines), lines, retriever)
+    scores, _ = retriever.line_scores("How much did Acme spend on research?", lines, [collection] * len(lines))
     assert scores[0] == 0 and scores[1] > 0  # "Acme" is on every page: only "research" tells the lines apart
 
 
@@ -118,10 +120,10 @@ def test_a_measure_shows_the_rows_it_is_computed_from(store, embedder, tmp_path)
     collection = ingest.ingest_pdf(statement_pdf(tmp_path / "10k.pdf"), store, embedder).collection
     retriever = Retriever(store, embedder)
     question = "Has the company's operating margin improved in 2023?"
-    lines = evidence.best_lines(question, retriever.search(question, scope=[collection]), retriever)
+    lines = evidence.best_lines(question, retriever.load_pages(retriever.search(question, scope=[collection])), retriever)
     on_the_statement = [line.text.split(" · ")[1] for line in lines if line.page == 1]
     assert sorted(on_the_statement) == ["Net sales", "Operating income"]
-    lines = evidence.page_lines("Revenues\n2023\n2022\nNet sales\n51,877\n48,412\nGross profit\n12,976\n12,268\nNet sales rose.")
+    lines = page_lines("Revenues\n2023\n2022\nNet sales\n51,877\n48,412\nGross profit\n12,976\n12,268\nNet sales rose.")
     assert [line.kind for line in lines] == ["heading", "row", "row", "sentence"]
-    assert evidence.measure_rows(question, lines).tolist() == [False, True, False, False]  # a row, not a sentence naming it
-    assert not evidence.measure_rows("Who chairs the board?", lines).any()
+    assert finance.measure_rows(question, lines).tolist() == [False, True, False, False]  # a row, not a sentence naming it
+    assert not finance.measure_rows("Who chairs the board?", lines).any()

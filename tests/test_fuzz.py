@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 
 import calc
+import finance
 import checker
 import ingest
 import qa
@@ -169,7 +170,7 @@ def test_calc_reads_any_reply_and_question(reply, question, passages, expression
     assert line is None or line.startswith(calc.WORKED_OUT_LABEL)
     assert calc.result_of(reply) is None or isinstance(calc.result_of(reply), str)
     assert isinstance(calc.is_arithmetic_line(reply), bool) and isinstance(calc.asks_calculation(question), bool)
-    assert all(isinstance(f, str) for f in calc.formulas_for(question))
+    assert all(isinstance(f, str) for f in finance.formulas_for(question))
     assert calc.decimals_asked(question) in (None, *range(10))
     assert all(re.fullmatch(r"\d*\.?\d+", figure) for figure in calc.operands(reply))
     assert set(calc.unknown_operands(reply, passages, question)) <= set(calc.operands(reply))
@@ -409,7 +410,7 @@ def _calls(text: str) -> dict:
         "calc.calculation_of": lambda: calc.calculation_of(text),
         "calc.worked_out": lambda: calc.worked_out("Calculation: " + text, [text], text),
         "calc.asks_calculation": lambda: calc.asks_calculation(text),
-        "calc.formulas_for": lambda: calc.formulas_for(text),
+        "calc.formulas_for": lambda: finance.formulas_for(text),
         "calc.decimals_asked": lambda: calc.decimals_asked(text),
         "calc.result_of": lambda: calc.result_of("Worked out: " + text),
         "calc.is_arithmetic_line": lambda: calc.is_arithmetic_line(text),

@@ -321,7 +321,7 @@ def test_a_calculation_is_worked_out_in_code_and_its_figures_are_checked(store, 
 
 def test_a_financial_measure_is_read_off_the_statement_without_the_model(store, embedder, ollama_chat, monkeypatch, tmp_path):
     """The 1.5B model picks the wrong lines to compute a ratio with; the app reads the statement's lines itself."""
-    from test_statements import BALANCE_SHEET
+    from test_finance import BALANCE_SHEET
 
     pdf = write_text_pdf(tmp_path / "acme-10k.pdf", [
         "Item 7. Management's discussion. Liquidity remained strong and the current ratio improved.",
@@ -370,3 +370,42 @@ def test_rule_the_model_is_asked_to_answer_in_the_question_s_language():
     english = qa.build_messages("When was the station in the town built?", [hit], [])[-1].content
     assert "Write the answer in German." in german
     assert "Write the answer in" not in english
+
+
+def test_one_answer_reads_the_question_once_and_each_page_once_and_enters_the_retriever_four_times(facts, llm):
+    """The answer path is one pass: the question is parsed once, each of its pages is rebuilt from its chunks
+    once, and retriever.py is entered four times (a call into it from outside; its calls inside it do not
+    count): its state three times, for the search, the page loads and the evidence lines' scores, and its
+    pure Reciprocal Rank Fusion formula once, which the evidence lines share with the page search."""
+    import sys
+    from collections import Counter
+
+    import pages
+    import question
+    import retriever as retriever_module
+
+    retriever, _ = facts
+    retriever.refresh()
+    entries: Counter = Counter()
+    counted = {question.parse_question.__code__: "parse_question", pages.page_text.__code__: "page_text"}
+    calls: Counter = Counter()
+    inside = retriever_module.__file__
+
+    def profile(frame, event, arg):
+        if event != "call":
+            return
+        code = frame.f_code
+        if code in counted:
+            calls[counted[code]] += 1
+        if code.co_filename == inside and (frame.f_back is None or frame.f_back.f_code.co_filename != inside):
+            entries[code.co_name] += 1
+
+    sys.setprofile(profile)
+    try:
+        answer = qa.answer_question("How many tonnes of fish were landed in 1911?", retriever, llm=llm)
+    finally:
+        sys.setprofile(None)
+    assert answer.evidence and answer.sources  # a real answer went through every step
+    assert dict(entries) == {"search": 1, "load_pages": 1, "line_scores": 1, "rrf": 1}, entries
+    assert calls["parse_question"] == 1, calls
+    assert calls["page_text"] == len({(h.collection, h.page) for h in retriever.search("fish landed 1911")}), calls

@@ -13,7 +13,7 @@ import config
 import ingest
 import models
 from question import parse_question
-from retriever import Retriever, SparseBM25, page_references, rrf
+from retriever import Retriever, SparseBM25, Steps, page_references, rrf
 from text_utils import tokenize
 
 
@@ -48,7 +48,8 @@ def test_sparse_bm25_scores_equal_rank_bm25():
 
 
 def test_page_text_places_chunks_at_their_offsets():
-    from retriever import Hit, page_text
+    from pages import page_text
+    from retriever import Hit
 
     chunks = [Hit("a", "c", "d", 1, 0, 5, "A a. "), Hit("b", "c", "d", 1, 5, 9, "B b.")]
     assert page_text(chunks) == "A a. B b."
@@ -102,7 +103,7 @@ def test_a_question_naming_a_page_ranks_that_page_first(store, embedder, catalog
     retriever = Retriever(store, embedder)
     top = retriever.search("Which part number is listed on page 4?", k=3)[0]
     assert top.page == 4 and top.trace["page_ref_rank"] == 1
-    assert retriever.search("Which part number is listed on page 4?", k=3, page_refs=False)[0].trace.get("page_ref_rank") is None
+    assert retriever.search("Which part number is listed on page 4?", k=3, steps=Steps(page_refs=False))[0].trace.get("page_ref_rank") is None
 
 
 def test_the_best_keyword_page_always_keeps_a_seat(store, embedder, catalogue_pdf, three_page_pdf):
@@ -118,7 +119,7 @@ def test_the_best_keyword_page_always_keeps_a_seat(store, embedder, catalogue_pd
     for question in questions:
         best_keyword_page = retriever.keyword(question)[0][0]
         seated = [(h.collection, h.page) for h in retriever.search(question, k=1)]
-        plain = [(h.collection, h.page) for h in retriever.search(question, k=1, keyword_seat=False)]
+        plain = [(h.collection, h.page) for h in retriever.search(question, k=1, steps=Steps(keyword_seat=False))]
         assert best_keyword_page in seated
         bumped += best_keyword_page not in plain
     assert bumped >= 1  # without the seat, fusion did push the exact match out
@@ -142,7 +143,7 @@ def test_scope_filter_keeps_other_documents_out_of_both_legs(store, embedder, ca
     question = "part XK-4471B lighthouse keeper railway"
     assert {h.collection for h in retriever.search(question, k=8)} == {catalogue, facts}
     for mode in ("semantic", "bm25", "hybrid"):
-        assert {h.collection for h in retriever.search(question, k=8, scope=[facts], mode=mode)} == {facts}
+        assert {h.collection for h in retriever.search(question, k=8, scope=[facts], steps=Steps(mode=mode))} == {facts}
 
 
 def test_removing_a_document_removes_it_from_both_legs(store, embedder, catalogue_pdf, three_page_pdf):
@@ -272,16 +273,16 @@ def test_instructions_around_the_question_do_not_change_what_is_found(store, emb
 def test_a_statement_named_in_the_instructions_points_to_its_page(store, embedder, filings):
     retriever = Retriever(store, embedder)
     question = "What is the total? Give a response by relying on the details shown in the balance sheet."
-    hits = retriever.search(question, k=1, scope=[filings["alder"]], statement_hints=True)
-    assert hits[0].page == 4 and hits[0].trace["statement_rank"] == 1
+    hits = retriever.search(question, k=1, scope=[filings["alder"]], steps=Steps(domain_hints=True))
+    assert hits[0].page == 4 and hits[0].trace["hint_rank"] == 1
 
 
 def test_the_statement_a_question_names_leads_the_results(store, embedder, filings):
     retriever = Retriever(store, embedder)
     question = "What were the capital expenditures? Base your judgments on the balance sheet."
-    assert retriever.search(question, k=5, scope=[filings["alder"]], statement_hints=False)[0].page != 4  # by its words
+    assert retriever.search(question, k=5, scope=[filings["alder"]], steps=Steps(domain_hints=False))[0].page != 4  # by its words
     hits = retriever.search(question, k=5, scope=[filings["alder"]])
-    assert hits[0].page == 4 and "statement_rank" in hits[0].trace  # the balance sheet it names leads
+    assert hits[0].page == 4 and "hint_rank" in hits[0].trace  # the balance sheet it names leads
 
 
 def test_a_financial_measure_finds_the_statements_it_is_computed_from(store, embedder, filings):
@@ -289,7 +290,7 @@ def test_a_financial_measure_finds_the_statements_it_is_computed_from(store, emb
     scope = [filings["alder"]]
     # no word of these questions is on the statement pages, yet the figures are read off them
     current, turnover = "What was Alder's current ratio in 2021?", "What was the inventory turnover in 2021?"
-    assert 4 not in [h.page for h in retriever.search(current, k=2, scope=scope, statement_hints=False)]
+    assert 4 not in [h.page for h in retriever.search(current, k=2, scope=scope, steps=Steps(domain_hints=False))]
     assert 4 in [h.page for h in retriever.search(current, k=2, scope=scope)]  # balance sheet
     assert {4, 5} <= {h.page for h in retriever.search(turnover, k=3, scope=scope)}  # balance sheet and income statement
 
@@ -308,7 +309,7 @@ def test_a_measure_word_in_a_question_about_another_document_seats_no_statement(
 def test_a_question_naming_a_document_is_answered_from_it_first_and_the_library_fills_the_rest(store, embedder, filings):
     retriever = Retriever(store, embedder)
     question = "What were Birchwood's revenues?"
-    hits = retriever.search(question, k=10, routing=True)
+    hits = retriever.search(question, k=10, steps=Steps(routing=True))
     routed = [(h.collection, h.page) for h in hits]
     birch_pages = len([p for (c, p) in retriever._page_chunks if c == filings["birch"]])
     assert [c for c, _ in routed[:birch_pages]] == [filings["birch"]] * birch_pages  # every page of it first
@@ -316,7 +317,7 @@ def test_a_question_naming_a_document_is_answered_from_it_first_and_the_library_
     assert routed.index((filings["birch"], 5)) < routed.index((filings["alder"], 5))  # same statement page, named company first
     assert len(hits) == 10  # the other filings fill the rest: none is dropped
     assert retriever.named_documents("What were the revenues?", None) == {}  # names no company: no preference
-    unnamed = retriever.search("What were the revenues?", k=5, routing=True)
+    unnamed = retriever.search("What were the revenues?", k=5, steps=Steps(routing=True))
     assert {h.collection for h in unnamed} == set(filings.values())
     assert retriever.profile(filings["birch"]).doc_type == "annual report"
 
@@ -340,8 +341,8 @@ def test_an_acronym_is_searched_as_the_name_it_abbreviates_on_the_page_that_shar
     assert retriever.spelled_out("Who runs IT?") == "Who runs IT?"  # the page writes "IT": it means what that page uses it for
     assert retriever.spelled_out("Which papers adopt the MD strategy?") == "Which papers adopt the MD (Model Debate) strategy?"
     assert retriever.spelled_out("Who signed the accounts as MD?") == "Who signed the accounts as MD?"
-    assert [h.page for h in retriever.search("How do staff prepare for TWS?", k=1, mode="semantic")] == [1]
-    assert [h.page for h in retriever.search("How do staff prepare for TWS?", k=1, mode="semantic", acronyms=False)] != [1]
+    assert [h.page for h in retriever.search("How do staff prepare for TWS?", k=1, steps=Steps(mode="semantic"))] == [1]
+    assert [h.page for h in retriever.search("How do staff prepare for TWS?", k=1, steps=Steps(mode="semantic", acronyms=False))] != [1]
 
 
 def test_an_acronym_may_stand_for_a_table_row_label(store, embedder, tmp_path):
@@ -369,8 +370,8 @@ def test_an_acronym_in_capitals_finds_its_name_not_the_same_letters_as_a_word(st
     ])
     retriever = retriever_with(store, embedder, pdf)
     # "TO" is not the stopword "to", "MID" is not "mid"; a legal suffix counts in initials too (TIC)
-    assert [h.page for h in retriever.search("Which TO grew?", k=1, mode="bm25")] == [1]
-    assert [h.page for h in retriever.search("Who did the TIC agents interview?", k=1, mode="bm25")] == [3]
+    assert [h.page for h in retriever.search("Which TO grew?", k=1, steps=Steps(mode="bm25"))] == [1]
+    assert [h.page for h in retriever.search("Who did the TIC agents interview?", k=1, steps=Steps(mode="bm25"))] == [3]
 
 
 def test_a_year_is_searched_as_the_document_writes_it(store, embedder, tmp_path):

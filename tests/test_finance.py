@@ -1,10 +1,12 @@
-"""A financial measure read off a statement's own lines: which line, which year column, what result;
-and which lines head a statement."""
+"""The finance domain (finance.py): statements named or needed by a question; a financial measure read off a
+statement's own lines (which line, which year column, what result); which lines head a statement."""
 
 from __future__ import annotations
 
-import statements
-from statements import statements_headed
+import finance
+from finance import statements_headed, statements_measured, statements_named
+from pages import page_lines
+from question import parse_question
 
 BALANCE_SHEET = "\n".join([
     "ACME, INC.", "CONSOLIDATED BALANCE SHEETS", "MAY 31,", "(In millions)", "2021", "2020", "ASSETS",
@@ -21,16 +23,16 @@ SUMMARY = "Highlights\nRevenues\n40\nup 19% on the year\nTotal current assets\n1
 
 
 def test_a_statement_page_is_read_as_labels_with_one_figure_per_year_column():
-    items = dict(statements.line_items(BALANCE_SHEET))
+    items = dict(finance.line_items(BALANCE_SHEET))
     assert items["Total current assets"] == ["26,291", "20,556"] and items["Cash and equivalents"] == ["9,889", "8,348"]
-    assert statements.year_columns(BALANCE_SHEET) == ["2021", "2020"]
-    assert statements.year_columns(INCOME_STATEMENT) == ["2021", "2020"]  # a date line between the years
-    assert dict(statements.line_items(INCOME_STATEMENT))["Operating income"] == ["(1,200)", "—"]
+    assert finance.year_columns(BALANCE_SHEET) == ["2021", "2020"]
+    assert finance.year_columns(INCOME_STATEMENT) == ["2021", "2020"]  # a date line between the years
+    assert dict(finance.line_items(INCOME_STATEMENT))["Operating income"] == ["(1,200)", "—"]
 
 
 def test_a_measure_is_worked_out_from_the_year_asked_and_cites_the_pages_it_read():
     pages = [SUMMARY, INCOME_STATEMENT, BALANCE_SHEET]  # a summary page ranked first is not a statement
-    text, cited = statements.work_out("What is the FY2021 inventory turnover? Round to two decimal places.", pages)
+    text, cited = finance.work_out("What is the FY2021 inventory turnover? Round to two decimal places.", pages)
     assert cited == [1, 2]
     assert text.splitlines() == [
         "Cost of sales, 2021: 24,576 [1]",
@@ -38,22 +40,22 @@ def test_a_measure_is_worked_out_from_the_year_asked_and_cites_the_pages_it_read
         "Inventories, 2021: 6,854 [2]",
         "Worked out: inventory turnover = 24,576 / ((6,854 + 7,367) / 2) = 3.46",
     ]
-    current, _ = statements.work_out("What was the current ratio in fiscal 2020?", pages)
+    current, _ = finance.work_out("What was the current ratio in fiscal 2020?", pages)
     assert current.endswith("current ratio = 20,556 / 8,284 = 2.48")
-    loss, _ = statements.work_out("What was EBITDA in 2021?", pages)  # an operating loss is printed in brackets
+    loss, _ = finance.work_out("What was EBITDA in 2021?", pages)  # an operating loss is printed in brackets
     assert loss.endswith("EBITDA = (-1,200) + 300 = -900")
-    nothing, _ = statements.work_out("What was EBITDA in 2020?", pages)  # "—" is zero
+    nothing, _ = finance.work_out("What was EBITDA in 2020?", pages)  # "—" is zero
     assert nothing.endswith("EBITDA = 0 + 250 = 250")
 
 
 def test_a_measure_with_a_line_the_pages_lack_is_left_to_the_model():
     pages = [INCOME_STATEMENT, BALANCE_SHEET]
-    assert statements.work_out("What is the quick ratio for 2021?", pages) is None  # no short-term investments line
-    assert statements.work_out("What is the current ratio for 2019?", pages) is None  # no 2019 column
-    assert statements.work_out("What is the current ratio?", [SUMMARY]) is None
-    assert statements.work_out("Who chairs the audit committee?", pages) is None
-    assert statements.measure_asked("What is total debt to EBITDA ratio in FY2021?") is None
-    assert statements.measure_asked("What is EBITDA to interest expense?") is None
+    assert finance.work_out("What is the quick ratio for 2021?", pages) is None  # no short-term investments line
+    assert finance.work_out("What is the current ratio for 2019?", pages) is None  # no 2019 column
+    assert finance.work_out("What is the current ratio?", [SUMMARY]) is None
+    assert finance.work_out("Who chairs the audit committee?", pages) is None
+    assert finance.measure_asked("What is total debt to EBITDA ratio in FY2021?") is None
+    assert finance.measure_asked("What is EBITDA to interest expense?") is None
 
 
 def test_a_page_prints_a_statement_only_with_its_rows_of_figures_not_by_naming_it():
@@ -61,8 +63,8 @@ def test_a_page_prints_a_statement_only_with_its_rows_of_figures_not_by_naming_i
     rows = "\n".join(f"{label}\n{a}\n{b}" for label, a, b in [
         ("Cash", "1,980", "1,101"), ("Receivables, net", "1,015", "1,049"), ("Merchandise inventories", "5,409", "5,209"),
         ("Other current assets", "466", "438"), ("Total current assets", "8,870", "9,829")])
-    assert statements.statement_page(contents) == []
-    assert statements.statement_page("Consolidated Balance Sheets\n$ in millions\nFebruary 2, 2019\nFebruary 3, 2018\n" + rows) == ["balance sheet"]
+    assert finance.statement_page(contents) == []
+    assert finance.statement_page("Consolidated Balance Sheets\n$ in millions\nFebruary 2, 2019\nFebruary 3, 2018\n" + rows) == ["balance sheet"]
 
 
 def test_a_statement_heading_is_a_line_of_its_own_not_a_sentence_that_names_it():
@@ -83,4 +85,21 @@ def test_a_statement_heading_is_at_the_top_of_its_page_not_a_column_head_below_i
     # a table of leases: rows of figures come first, the column head "Balance Sheet Location" later
     leases = "Leases\nOperating lease assets\n2,500\n2,600\nFinance lease assets\n90\n80\nBalance Sheet Location\nOther assets"
     assert statements_headed(leases) == []
-    assert statements.statement_page(leases + "\n" + "\n".join(f"Row {i}\n{i},000\n{i},100" for i in range(6))) == []
+    assert finance.statement_page(leases + "\n" + "\n".join(f"Row {i}\n{i},000\n{i},100" for i in range(6))) == []
+
+
+def test_statement_names_are_read_however_they_are_written():
+    assert statements_named("the Consolidated Statements of Cash Flows and the balance sheet") == ["cash flow statement", "balance sheet"]
+    assert statements_named("statement of operations") == ["income statement"]
+
+
+def test_a_financial_measure_names_the_statements_it_is_computed_from():
+    assert statements_measured("What is Nike's current ratio?") == ["balance sheet"]
+    assert statements_measured("What is  cash_ratio in FY2021?") == ["balance sheet"]  # spacing and underscores aside
+    assert statements_measured("what is the FY2021 inventory turnover ratio?") == ["income statement", "balance sheet"]
+    assert statements_measured("What was EBITDA?") == ["income statement", "cash flow statement"]
+    assert statements_measured("How many stores opened?") == []
+    parsed = parse_question("What was free cash flow in 2021? Please state answer in USD millions.")
+    assert parsed.hints == ["cash flow statement"]
+    # other comprehensive income is a statement of its own, not the income statement ratios use
+    assert statements_named("Consolidated Statements of Comprehensive Income") == ["statement of comprehensive income"]

@@ -1,0 +1,235 @@
+"""One page as the answer path reads it: its whole text, its chunks, its lines and its sentence spans.
+
+    stored chunks -> page_text()   the page's text, each chunk placed at its offset
+    hits          -> Page          built once per question by ``Retriever.load_pages`` and handed to the
+                                   evidence lines (``lines``), the model's context (``spans``) and a
+                                   domain's worked-out answer (``text``)
+    page text     -> page_lines()  the lines a person reads as one statement:
+      prose      one sentence (wrapped lines joined; a short line that ends no sentence is a heading)
+      list item  a line that starts with a bullet or an item number
+      table row  a label and the figures printed under it, one cell per line in the text layer
+                 ("Purchases of PP&E\\n(1,577)\\n(1,373)"), or a Markdown row; read with its column
+                 heads ("2018: (1,577) · 2017: (1,373)") and the table's heading above it
+    -> [Line(start, end, kind, text, label)]: the span on the page (for highlighting) and the line as read
+
+Plain ``re`` on the page text; nothing here knows the store or a model.
+      prose      one sentence (wrapped lines joined; a short line that ends no sentence is a heading)
+      list item  a line that starts with a bullet or an item number
+      table row  a label and the figures printed under it, one cell per line in the text layer
+                 ("Purchases of PP&E\\n(1,577)\\n(1,373)"), or a Markdown row; read with its column
+                 heads ("2018: (1,577) · 2017: (1,373)") and the table's heading above it
+    -> [Line(start, end, kind, text, label)]: the span on the page (for highlighting) and the line as read
+
+Plain ``re`` on the page text; nothing here knows the store or a model.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+from text_utils import FIGURE_CELL, is_period_cell, sentence_spans
+
+if TYPE_CHECKING:
+    from retriever import Hit
+
+_FILLER_CELL = re.compile(r"^[\s$]*$")
+_BULLET = re.compile(r"^\s*(?:[•●▪◦·\-–*]|\(?\d{1,2}[.)]|\(?[a-z][.)])\s+")
+_SENTENCE_END = re.compile(r"[.!?][\"'”’)\]]*(?=\s)")
+_HEADING_MAX_CHARS = 60
+LONGEST_LINE = 400  # characters; a longer "sentence" (a run-on list) is cut at its line breaks
+
+
+@dataclass
+class Line:
+    """One readable line of a page: its span in the page text, and how it reads with its context."""
+
+    start: int
+    end: int
+    kind: str  # "sentence", "heading", "item", "row"
+    text: str  # as read: a row with its heading and column heads
+    label: str = ""  # a row's own label ("Net sales"), without heading or figures
+
+
+def _physical_lines(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each non-blank line, whitespace trimmed."""
+    spans = []
+    for match in re.finditer(r"[^\n]+", text):
+        stripped = match.group().strip()
+        if stripped:
+            start = match.start() + match.group().index(stripped)
+            spans.append((start, start + len(stripped)))
+    return spans
+
+
+def _cell_kind(cell: str) -> str:
+    """year | figure | filler | text"""
+    if is_period_cell(cell):
+        return "year"
+    if FIGURE_CELL.match(cell):
+        return "figure"
+    if _FILLER_CELL.match(cell):
+        return "filler"
+    return "text"
+
+
+def _sentences(text: str, start: int, end: int) -> list[tuple[int, int]]:
+    """Sentence spans of one paragraph ``text[start:end]``; an over-long one is cut at its line breaks."""
+    spans, at = [], start
+    for match in _SENTENCE_END.finditer(text, start, end):
+        spans.append((at, match.end()))
+        at = match.end()
+    spans.append((at, end))
+    out = []
+    for s, e in spans:
+        s += len(text[s:e]) - len(text[s:e].lstrip())
+        if s >= e:
+            continue
+        if e - s <= LONGEST_LINE:
+            out.append((s, e))
+        else:
+            out += [(s + a, s + b) for a, b in _physical_lines(text[s:e])]
+    return out
+
+
+def _joined(text: str) -> str:
+    """Wrapped lines read as one: line breaks and runs of spaces become single spaces."""
+    return " ".join(text.split())
+
+
+def page_lines(text: str) -> list[Line]:
+    """The page cut into lines a person reads as one statement; see the module docstring.
+
+    page_lines("Cash Flows\\n2018\\n2017\\nCapex\\n(1,577)\\n(1,373)") ->
+      [Line(kind="heading", text="Cash Flows"), Line(kind="row", text="Cash Flows · Capex · 2018: (1,577) · 2017: (1,373)")]
+    """
+    physical = _physical_lines(text)
+    kinds = [_cell_kind(text[s:e]) for s, e in physical]
+    lines: list[Line] = []
+    years: list[str] = []  # the column heads now in force
+    heading = ""  # the last heading seen: a table's title, a section's name
+    paragraph: list[tuple[int, int]] = []  # the physical lines of the prose or list item being read
+    paragraph_kind = "sentence"
+
+    def flush_paragraph() -> None:
+        nonlocal paragraph_kind
+        if paragraph:
+            for s, e in _sentences(text, paragraph[0][0], paragraph[-1][1]):
+                lines.append(Line(s, e, paragraph_kind, _joined(text[s:e])))
+        paragraph.clear()
+        paragraph_kind = "sentence"
+
+    i = 0
+    while i < len(physical):
+        s, e = physical[i]
+        cell = text[s:e]
+        if kinds[i] == "year":  # a run of years alone heads the columns below it
+            flush_paragraph()
+            run = []
+            while i < len(physical) and kinds[i] in ("year", "filler"):
+                if kinds[i] == "year":
+                    run.append(text[physical[i][0] : physical[i][1]])
+                i += 1
+            years = run if len(run) >= 2 else years
+            continue
+        figures_after = []
+        j = i + 1
+        while j < len(physical) and kinds[j] in ("figure", "filler"):
+            if kinds[j] == "figure":
+                figures_after.append(j)
+            j += 1
+        if kinds[i] == "text" and figures_after:  # a label and the figures printed under it: a row
+            flush_paragraph()
+            end = physical[figures_after[-1]][1]
+            figures = [text[physical[f][0] : physical[f][1]].replace(" ", "") for f in figures_after]
+            lines.append(Line(s, end, "row", row_text(heading, _joined(cell), figures, years), _joined(cell)))
+            i = j
+            continue
+        if cell.startswith("|") and cell.endswith("|"):  # a Markdown table row (EXTRACTOR=layout)
+            flush_paragraph()
+            first_row = i == 0 or not text[physical[i - 1][0]].startswith("|")  # the column heads: they name, they state nothing
+            label = cell.strip("|").split("|")[0].strip()
+            lines.append(Line(s, e, "heading" if first_row else "row", _markdown_row_text(text, physical, i, heading), label))
+            i += 1
+            continue
+        if kinds[i] in ("figure", "filler"):  # figures with no label above them: part of nothing
+            i += 1
+            continue
+        if _BULLET.match(cell):  # a list item starts here, whatever came before
+            flush_paragraph()
+            paragraph_kind = "item"
+        paragraph.append((s, e))
+        ends_sentence = bool(re.search(r"[.!?:;][\"'”’)\]]*$", cell))
+        if paragraph_kind != "item" and not ends_sentence and len(cell) <= _HEADING_MAX_CHARS and len(paragraph) == 1:
+            # a short line that ends no sentence stands alone: a heading (or a table's title)
+            paragraph.clear()
+            lines.append(Line(s, e, "heading", _joined(cell)))
+            heading = _joined(cell)
+        elif ends_sentence and len(cell) <= _HEADING_MAX_CHARS:  # a paragraph's short last line: the next starts anew
+            flush_paragraph()
+        i += 1
+    flush_paragraph()
+    return lines
+
+
+def row_text(heading: str, label: str, figures: list[str], years: list[str]) -> str:
+    """A table row as it reads: its heading, its label, each figure under its column head.
+
+    row_text("Cash Flows", "Capex", ["(1,577)", "(1,373)"], ["2018", "2017"]) -> "Cash Flows · Capex · 2018: (1,577) · 2017: (1,373)"
+    """
+    figures = [f for f in figures if f != "$"]
+    if years and len(years) == len(figures):
+        cells = [f"{year}: {figure}" for year, figure in zip(years, figures)]
+    else:
+        cells = figures
+    return " · ".join(([heading] if heading else []) + [label] + cells)
+
+
+def _markdown_row_text(text: str, physical: list[tuple[int, int]], i: int, heading: str) -> str:
+    """A Markdown row read under its table's first row (the column heads)."""
+    head = i
+    while head > 0 and text[physical[head - 1][0]].startswith("|"):
+        head -= 1
+    cells = [c.strip() for c in text[physical[i][0] : physical[i][1]].strip("|").split("|")]
+    if head == i:
+        return " · ".join(([heading] if heading else []) + [c for c in cells if c])
+    heads = [c.strip() for c in text[physical[head][0] : physical[head][1]].strip("|").split("|")]
+    label, rest = cells[0], cells[1:]
+    pairs = [f"{h}: {c}" if h else c for h, c in zip(heads[1:], rest) if c and not set(c) <= set("-: ")]
+    return " · ".join(([heading] if heading else []) + [label] + pairs)
+
+
+# -----------------------------------------------------------------------------
+# A page, loaded once
+
+
+def page_text(chunks: list[Hit]) -> str:
+    """The page's text rebuilt from its chunks, each placed at its offset (gaps become spaces).
+
+    page_text([Hit(start=0, end=5, text="A a. "...), Hit(start=5, end=9, text="B b.")]) -> "A a. B b."
+    """
+    chars = [" "] * max((c.end for c in chunks), default=0)
+    for c in chunks:
+        chars[c.start : c.end] = c.text
+    return "".join(chars)
+
+
+@dataclass
+class Page:
+    """One page as the answer path reads it, loaded once per question (``Retriever.load_pages``): the hit
+    that ranked it, its whole text rebuilt from its chunks, the chunks (for OCR boxes), and, read on first
+    use, its lines (what the evidence shows) and its sentence spans (what context.py windows)."""
+
+    hit: Hit
+    text: str
+    chunks: list[Hit]
+
+    @cached_property
+    def lines(self) -> list[Line]:
+        return page_lines(self.text)
+
+    @cached_property
+    def spans(self) -> list[tuple[int, int]]:
+        return sentence_spans(self.text)
