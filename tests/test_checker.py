@@ -336,19 +336,7 @@ def test_a_position_the_question_asks_for_is_a_fact_to_back():
     assert checker.subject_figures(question) == set()
 
 
-def test_a_printed_page_number_is_not_a_figure_the_page_states():
-    sources = [_hit("16\nPEW RESEARCH CENTER\nBroadband adoption for older adults\nMale 53\nFemale 43", 17)]
-    question = "What is the percentage gap between men and women 65+ with broadband at home?"
-    [checked] = checker.verify_answer("The gap between men and women 65+ with broadband at home is 16% [1].", sources, question)
-    assert checked.supported is False
-    assert checker.without_page_number("Male 53\nFemale 43", 17) == "Male 53\nFemale 43"  # 43 is no page number of p.17
-
-
-def test_a_reformatted_date_and_a_currency_are_checked_as_the_passage_writes_them():
-    sources = [_hit("Montréal, February 8, 2021\nINF LLP\nAttorneys for The Toronto-Dominion Bank", 14)]
-    question = "Format the date the attorneys signed on as YYYY-MM-DD."
-    assert not checker.unbacked_detail("The attorneys signed on 2021-02-08.", sources[0].text, question, 14)
-    assert checker.unbacked_detail("The attorneys signed on 2021-03-08.", sources[0].text, question, 14)
+def test_a_currency_names_nothing():
     assert checker.names_in("The dividend paid was Rs. 1,907.30 by ITC") == {"itc"}
     assert checker.names_in("The total dividend of ITC (in Rupee) was paid in US Dollars") == {"itc"}  # currencies name nothing
 
@@ -439,15 +427,6 @@ def test_rule_the_questions_subject_need_not_be_repeated_but_its_facts_must():
 
 def test_rule_a_reference_both_write_names_a_thing_and_is_no_figure():
     assert checker.shared_references("Figure 6: RAG vs baseline.", "Figure 6: Step-Back + RAG vs Baseline") == {"6"}
-
-
-def test_rule_a_printed_page_number_is_no_figure_of_the_page():
-    assert checker.without_page_number("16\nPEW RESEARCH CENTER\nMale 53", 17) == "PEW RESEARCH CENTER\nMale 53"
-    assert checker.without_page_number("53\nMale 53", 17) == "53\nMale 53"  # too far from the page: a figure
-
-
-def test_rule_a_reformatted_date_is_checked_as_the_page_prints_it():
-    assert checker.spelled_dates("It is dated 2021-02-08.", "Montréal, February 8, 2021") == "It is dated February 8, 2021."
 
 
 def test_rule_a_restated_question_is_backed_by_an_answer_beside_what_was_asked():
