@@ -128,7 +128,7 @@ def numbers_in(text: str) -> set[str]:
 
 
 # -----------------------------------------------------------------------------
-# Dates: months, and ISO dates
+# Dates: months
 
 MONTH_NAMES = "January February March April May June July August September October November December".split()
 # Month names as names, for capitalised text ("Oct. 24, 2016" names no document)
@@ -138,7 +138,6 @@ _MONTH = re.compile(
     r"|nov(?:ember)?|dec(?:ember)?)\b",
     re.IGNORECASE,
 )
-ISO_DATE = re.compile(rf"\b({YEAR})-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])\b")
 
 
 def months_in(text: str) -> set[str]:
