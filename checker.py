@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING
 import calc
 import config
 from text_utils import (FIGURES_LINE, ISO_DATE, MONTH_NAMES, NAME_RUN, YEAR_SPAN, YEAR_TOKEN, financial_years, months_in, numbers_in,
-                        tokenize, years_in)
+                        sentence_spans, tokenize, years_in)
 
 if TYPE_CHECKING:
     from retriever import Hit
@@ -65,9 +65,8 @@ if TYPE_CHECKING:
 # of digits in brackets is text, not a marker (and int() refuses strings past 4,300 digits).
 _MARKER_GROUP = r"\d{1,9}(?:\s*,\s*\d{1,9})*"
 _MARKER = re.compile(rf"\[({_MARKER_GROUP})\]")
-# A sentence end starts where its run of marks starts: tried from inside a run ("....x"), the pattern
-# would re-scan the rest of the run at every mark (quadratic on a long run).
-_SENTENCE_END = re.compile(rf"(?<![.!?])[.!?]+(?:\s*\[{_MARKER_GROUP}\])*(?=\s|$)")
+# What a sentence keeps after its end marks: the citation markers on its line ("It rained. [1] [2]")
+_TRAILING_MARKERS = rf"(?:[^\S\n]*\[{_MARKER_GROUP}\])*"
 # Rule: an abbreviation's period ends no sentence ("Rs. 1,039 million", "Fig. 3", "e.g. this").
 _ABBREVIATIONS = set(
     "rs mr mrs ms dr prof st no nos vs fig figs eq sec ch vol pp p e.g i.e etc inc ltd co corp approx est "
@@ -76,6 +75,7 @@ _ABBREVIATIONS = set(
 
 
 _INITIALS = re.compile(r"(?:[A-Z]\.)*[A-Z]")  # "R.A" of "Mr. R.A. Shah": a name goes on
+_NEXT_ON_LINE = re.compile(r"[^\S\n]*(.?)")  # the next character on the line, spaces skipped ("" at its end)
 
 
 def parse_citations(text: str) -> list[int]:
@@ -95,13 +95,13 @@ def strip_markers(text: str) -> str:
     return _MARKER.sub("", text).strip()
 
 
-def _ends_sentence(line: str, start: int, match: re.Match) -> bool:
+def _ends_sentence(text: str, start: int, match: re.Match) -> bool:
     """Is this period (or ! or ?) a sentence end, not an abbreviation or a decimal-like break?"""
-    words = line[start : match.start()].rsplit(maxsplit=1)  # the last word only: a long sentence is not re-split at each mark
+    words = text[start : match.start()].rsplit(maxsplit=1)  # the last word only: a long sentence is not re-split at each mark
     last = words[-1].rstrip(".").lstrip("([{\"'“‘") if words else ""  # "(approx." is "approx"
     if match.group(0).startswith(".") and (last.lower() in _ABBREVIATIONS or _INITIALS.fullmatch(last)):
         return False
-    following = line[match.end() :].lstrip()[:1]
+    following = _NEXT_ON_LINE.match(text, match.end()).group(1)
     return not following.islower()
 
 
@@ -111,15 +111,8 @@ def split_sentences(text: str) -> list[str]:
     split_sentences("It rained. [1] Then it snowed [2].") -> ["It rained. [1]", "Then it snowed [2]."]
     split_sentences("Funds were Rs. 1,039 million [2].") -> ["Funds were Rs. 1,039 million [2]."]
     """
-    sentences = []
-    for line in text.split("\n"):
-        start = 0
-        for match in _SENTENCE_END.finditer(line):
-            if _ends_sentence(line, start, match):
-                sentences.append(line[start : match.end()].strip())
-                start = match.end()
-        sentences.append(line[start:].strip())
-    return [s for s in sentences if strip_markers(s).strip(" -*•")]
+    spans = sentence_spans(text, marks=".!?", kept=_TRAILING_MARKERS, between=r"(?=\s|$)", is_end=_ends_sentence, trim=True)
+    return [text[s:e] for s, e in spans if strip_markers(text[s:e]).strip(" -*•")]
 
 
 @dataclass

@@ -2,9 +2,10 @@
 
 Every module that reads a page, a question or an answer uses these helpers, so one
 question is split into words the same way by the retriever, the evidence lines, the
-context picker and the citation checker. Nothing here imports a model or the store:
-it is plain ``re``, ``config`` for the English stopword list, and ``language`` for other
-languages' stopwords and Snowball stemmers (pure Python, loaded on first use of a language).
+context picker and the citation checker, and every sentence is cut by one splitter,
+told what ends it. Nothing here imports a model or the store: it is plain ``re``,
+``config`` for the English stopword list, and ``language`` for other languages'
+stopwords and Snowball stemmers (pure Python, loaded on first use of a language).
 
     text -> tokenize(text, language="en")
                                    keyword-search words: lower-cased, stopwords out,
@@ -21,7 +22,10 @@ languages' stopwords and Snowball stemmers (pure Python, loaded on first use of 
          -> years_named()          "FY19", "fiscal year 2019", "2019" -> "2019"
          -> years_in() / financial_years() / year_style() / is_period_cell()
          -> months_in()
-         -> sentence_spans()       (start, end) of each sentence or line
+         -> sentence_spans()       (start, end) of each sentence or line; the marks that end one, what
+                                   stays with it, line breaks and abbreviations are its arguments
+                                   (a page's lines, a question's sentences, evidence prose, an answer's
+                                   sentences with their citation markers)
 
 Years are built from one fragment (``YEAR``: 1900-2099), so "what counts as a year" is
 decided in one place; the patterns below differ only in where a year may stand.
@@ -31,6 +35,8 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from functools import lru_cache
+from typing import Callable
 
 import config
 import language as languages
@@ -279,21 +285,59 @@ def keyword_tokens(text: str, language: str | None = "en") -> list[str]:
 
 
 # -----------------------------------------------------------------------------
-# Sentences
+# Sentences: one splitter; what ends a sentence is said by each reader
 
-_SENTENCE_END = re.compile(r"(?<=[.!?;:])[\"')\]]*\s+|\n\s*")
+# What follows the marks and belongs to neither sentence, by default: a closing quote or bracket, then space
+_BETWEEN = r"[\"')\]]*\s+"
 
 
-def sentence_spans(text: str) -> list[tuple[int, int]]:
-    """(start, end) of each sentence or line of ``text``, whitespace trimmed.
+@lru_cache(maxsize=None)
+def _sentence_end(marks: str, kept: str, between: str, capital_after: str, line_breaks: bool) -> re.Pattern:
+    """The pattern of a sentence end; group "end" is what the sentence keeps, a line break has none."""
+    mark = f"[{re.escape(marks)}]"
+    # The run of marks is matched from its first mark: tried from inside a run ("....x"), the pattern
+    # would re-scan the rest of the run at every mark (quadratic on a long run).
+    end = rf"(?P<end>(?<!{mark}){mark}+{kept})"
+    before_capital = rf"|(?<=[{re.escape(capital_after)}])(?=[A-Z])" if capital_after else ""
+    return re.compile(rf"{end}(?:{between}{before_capital})" + (r"|\n\s*" if line_breaks else ""))
+
+
+def sentence_spans(text: str, start: int = 0, stop: int | None = None, *, marks: str = ".!?;:", kept: str = "",
+                   between: str = _BETWEEN, capital_after: str = "", line_breaks: bool = True,
+                   is_end: Callable[[str, int, re.Match], bool] | None = None, trim: bool = False) -> list[tuple[int, int]]:
+    """(start, end) of each sentence of ``text[start:stop]``, blank ones left out. Every reader of
+    sentences splits with this; what ends a sentence is said by its arguments:
+
+    marks          the characters a run of which ends a sentence
+    kept           (a pattern) what after the marks still belongs to the sentence: a closing quote, "[2]"
+    between        (a pattern) what must follow, standing between two sentences (the space): it belongs
+                   to neither; a lookahead "(?=\\s)" asks for it and leaves it to ``trim``
+    capital_after  marks that end a sentence right before a capital too ("What is X?Please ...")
+    line_breaks    a line break ends a sentence (and the space after it is dropped)
+    is_end         is_end(text, sentence_start, match) may refuse an end: an abbreviation's period
+    trim           spans without the space at their ends; else only ``between`` and line breaks drop it
+
+    The defaults cut a page into sentences and lines (context windows, OCR units): ";" and ":" end one
+    too, and a closing quote or bracket after the marks goes with the space.
 
     sentence_spans("One. Two!\\nThree") -> [(0, 4), (5, 9), (10, 15)]
+    sentence_spans("Is it? Yes", marks="?", line_breaks=False) -> [(0, 6), (7, 10)]
     """
-    spans, start = [], 0
-    for match in _SENTENCE_END.finditer(text):
-        if match.start() > start:
-            spans.append((start, match.start()))
-        start = match.end()
-    if start < len(text):
-        spans.append((start, len(text)))
-    return [(s, e) for s, e in spans if text[s:e].strip()]
+    stop = len(text) if stop is None else stop
+    spans, at = [], start
+    for match in _sentence_end(marks, kept, between, capital_after, line_breaks).finditer(text, start, stop):
+        if match.group("end") is None:  # a line break
+            spans.append((at, match.start()))
+        elif is_end is None or is_end(text, at, match):
+            spans.append((at, match.end("end")))
+        else:
+            continue
+        at = match.end()
+    spans.append((at, stop))
+    return [_trimmed(text, s, e) if trim else (s, e) for s, e in spans if text[s:e].strip()]
+
+
+def _trimmed(text: str, start: int, end: int) -> tuple[int, int]:
+    """The span without the whitespace at its ends: text[start:end].strip() is text[_trimmed(...)]"""
+    part = text[start:end]
+    return start + len(part) - len(part.lstrip()), end - len(part) + len(part.rstrip())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from text_utils import (acronyms_written, financial_years, initials, is_period_cell, keyword_tokens, months_in, numbers_in,
                         sentence_spans, tokenize, year_of_line, year_style, year_wordings, years_in, years_named)
 
@@ -59,7 +61,26 @@ def test_a_line_or_cell_that_names_a_period():
 
 
 def test_sentences_and_lines_are_spans_of_the_text():
-    assert sentence_spans("One. Two!\nThree") == [(0, 4), (5, 9), (10, 15)]
+    text = 'One. Two!\nThree; four: He said "no." Then'
+    assert [text[s:e] for s, e in sentence_spans(text)] == ["One.", "Two!", "Three;", "four:", 'He said "no.', "Then"]
+    assert sentence_spans(" One  \nTwo") == [(0, 6), (7, 10)]  # untrimmed unless asked: offsets of the page's units
+
+
+def test_what_ends_a_sentence_is_said_by_the_reader():
+    def split(text: str, **reading) -> list[str]:
+        return [text[s:e] for s, e in sentence_spans(text, **reading)]
+
+    question = dict(marks=".!?", between=r"\s+", capital_after="?!", line_breaks=False, trim=True)
+    assert split("What is X?Please answer; in USD.\nThanks", **question) == ["What is X?", "Please answer; in USD.", "Thanks"]
+    prose = dict(marks=".!?", kept=r"[\"”)]*", between=r"(?=\s)", line_breaks=False, trim=True)
+    assert split('He said "no." Then\nwent.', **prose) == ['He said "no."', "Then\nwent."]
+
+    def not_after_fig(text: str, start: int, match: re.Match) -> bool:
+        return not text[start : match.start()].endswith("Fig")
+
+    answer = dict(marks=".!?", kept=r"(?:[^\S\n]*\[\d+\])*", between=r"(?=\s|$)", is_end=not_after_fig, trim=True)
+    assert split("See Fig. 3. [1]\n[2] Done.", **answer) == ["See Fig. 3. [1]", "[2] Done."]
+    assert sentence_spans("Skip. One. Two", 6, 14, trim=True) == [(6, 10), (11, 14)]  # a paragraph of a page
 
 
 # -----------------------------------------------------------------------------
