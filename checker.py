@@ -52,8 +52,8 @@ from typing import TYPE_CHECKING
 
 import calc
 import config
-from text_utils import (FIGURES_LINE, ISO_DATE, MONTH_NAMES, NAME_RUN, YEAR_SPAN, YEAR_TOKEN, financial_years, months_in, numbers_in,
-                        sentence_spans, tokenize, years_in)
+from text_utils import (FIGURES_LINE, ISO_DATE, MONTH_NAMES, NAME_RUN, YEAR_SPAN, YEAR_TOKEN, financial_years, is_table_row, months_in,
+                        numbers_in, sentence_spans, table_cells, tokenize, years_in)
 
 if TYPE_CHECKING:
     from retriever import Hit
@@ -198,7 +198,6 @@ def missing_specifics(claim: str, passage: str, question: str = "") -> set[str]:
 # -----------------------------------------------------------------------------
 # Where a figure stands: a sentence of prose, or one cell of a table with its row and column names
 
-_TABLE_LINE = re.compile(r"^\s*\|(.*)\|\s*$")
 _RULE_CELL = re.compile(r"^\s*:?-{3,}:?\s*$")
 
 
@@ -207,7 +206,7 @@ def table_units(rows: list[str]) -> list[str]:
 
     table_units(["| | 2023 | 2022 |", "| Net sales | 3,226.8 | 2,729.4 |"]) -> ["Net sales 2023 3,226.8", "Net sales 2022 2,729.4"]
     """
-    cells = [[c.strip() for c in _TABLE_LINE.match(r).group(1).split("|")] for r in rows]
+    cells = [table_cells(r) for r in rows]
     cells = [r for r in cells if not all(_RULE_CELL.match(c) or not c for c in r)]
     if not cells:
         return []
@@ -228,7 +227,7 @@ def passage_units(passage: str) -> list[str]:
     """
     units, prose, table = [], [], []
     for line in passage.split("\n") + [""]:
-        if _TABLE_LINE.match(line):
+        if is_table_row(line):
             table.append(line)
             continue
         if table:
@@ -323,7 +322,7 @@ def _line_layout(passage: str) -> _LineLayout:
     lines = [" ".join(line.split()) for line in passage.split("\n")]
     worded: dict[str, list[int]] = {}
     for i, line in enumerate(lines):
-        if not (FIGURES_LINE.match(line) or _TABLE_LINE.match(line)):
+        if not (FIGURES_LINE.match(line) or is_table_row(line)):
             for figure in numbers_in(line):
                 worded.setdefault(figure, []).append(i)
     at = list(itertools.accumulate((len(line) + 1 if line else 0 for line in lines), initial=0))

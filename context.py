@@ -21,15 +21,13 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass, replace
 
 import config
 from retriever import Hit, Retriever, page_text
-from text_utils import sentence_spans, tokenize
+from text_utils import is_table_row, sentence_spans, tokenize
 
 GAP = " … "  # between two windows of one page: the model must not read them as one sentence
-_TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
 
 
 @dataclass
@@ -95,7 +93,7 @@ def window(page: Page, seed: int, size: int) -> list[int]:
 
 def with_table_header(page: Page, chosen: set[int]) -> set[int]:
     """Add the header row of every Markdown table a chosen row belongs to (the first row of its block)."""
-    is_row = [bool(_TABLE_ROW.match(page.text[s:e])) for s, e in page.units]
+    is_row = [is_table_row(page.text[s:e]) for s, e in page.units]
     extra = set()
     for i in chosen:
         if is_row[i]:

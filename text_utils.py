@@ -1,4 +1,4 @@
-"""Reading text: words, names, numbers, years, dates and sentences, each pattern written once.
+"""Reading text: words, names, numbers, years, dates, table rows and sentences, each pattern written once.
 
 Every module that reads a page, a question or an answer uses these helpers, so one
 question is split into words the same way by the retriever, the evidence lines, the
@@ -22,6 +22,8 @@ stopwords and Snowball stemmers (pure Python, loaded on first use of a language)
          -> years_named()          "FY19", "fiscal year 2019", "2019" -> "2019"
          -> years_in() / financial_years() / year_style() / is_period_cell()
          -> months_in()
+         -> is_table_row() / table_cells()
+                                   "| Net sales | 3,226.8 |" -> ["Net sales", "3,226.8"]
          -> sentence_spans()       (start, end) of each sentence or line; the marks that end one, what
                                    stays with it, line breaks and abbreviations are its arguments
                                    (a page's lines, a question's sentences, evidence prose, an answer's
@@ -282,6 +284,23 @@ def keyword_tokens(text: str, language: str | None = "en") -> list[str]:
     """
     names = [] if language in _CAPITALISED_NOUNS else initials(text)
     return tokenize(text, language) + [f"^{letters}" for letters in names + sorted(acronyms_written(text))]
+
+
+# -----------------------------------------------------------------------------
+# Markdown table rows: "| Net sales | 3,226.8 |", as the layout extractor writes a table
+
+TABLE_ROW = re.compile(r"^\s*\|(.*)\|\s*$")
+
+
+def is_table_row(line: str) -> bool:
+    """is_table_row("| Net sales | 3,226.8 |") -> True; is_table_row("Net sales | 3,226.8") -> False"""
+    return bool(TABLE_ROW.match(line))
+
+
+def table_cells(row: str) -> list[str]:
+    """The cells of a table row, whitespace trimmed: table_cells("| Net sales | 3,226.8 |") -> ["Net sales", "3,226.8"]"""
+    match = TABLE_ROW.match(row)
+    return [cell.strip() for cell in match.group(1).split("|")] if match else []
 
 
 # -----------------------------------------------------------------------------

@@ -1,11 +1,11 @@
-"""Reading text (text_utils.py): words, names, numbers, years, dates, sentences. Pure functions, no models."""
+"""Reading text (text_utils.py): words, names, numbers, years, dates, table rows, sentences. Pure functions, no models."""
 
 from __future__ import annotations
 
 import re
 
-from text_utils import (acronyms_written, financial_years, initials, is_period_cell, keyword_tokens, months_in, numbers_in,
-                        sentence_spans, tokenize, year_of_line, year_style, year_wordings, years_in, years_named)
+from text_utils import (acronyms_written, financial_years, initials, is_period_cell, is_table_row, keyword_tokens, months_in,
+                        numbers_in, sentence_spans, table_cells, tokenize, year_of_line, year_style, year_wordings, years_in, years_named)
 
 
 def test_tokenize_lowercases_strips_punctuation_and_stopwords():
@@ -58,6 +58,11 @@ def test_how_a_document_writes_its_years_needs_three_uses():
 def test_a_line_or_cell_that_names_a_period():
     assert year_of_line("Fiscal 2022") == "2022" and year_of_line("2022 sales") is None
     assert is_period_cell("December 31, 2018") and is_period_cell("Q4 2022") and not is_period_cell("1,577")
+
+
+def test_a_markdown_table_row_and_its_cells():
+    assert is_table_row("  | Net sales | 3,226.8 |  ") and not is_table_row("|") and not is_table_row("Net sales | 3,226.8")
+    assert table_cells("| Net sales | 3,226.8 | |") == ["Net sales", "3,226.8", ""]
 
 
 def test_sentences_and_lines_are_spans_of_the_text():
