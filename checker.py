@@ -52,8 +52,8 @@ from typing import TYPE_CHECKING
 
 import calc
 import config
-from text_utils import (FIGURES_LINE, ISO_DATE, MONTH_NAMES, NAME_RUN, YEAR_SPAN, YEAR_TOKEN, financial_years, is_table_row, months_in,
-                        numbers_in, sentence_spans, table_cells, tokenize, years_in)
+from text_utils import (FIGURES_LINE, ISO_DATE, MONTH_NAMES, NAME_RUN, WRITTEN_WORD, YEAR_SPAN, YEAR_TOKEN, financial_years, is_table_row,
+                        months_in, numbers_in, sentence_spans, table_cells, tokenize, without_possessive, years_in)
 
 if TYPE_CHECKING:
     from retriever import Hit
@@ -133,9 +133,6 @@ class CheckedSentence:
     fabricated: list[int] = field(default_factory=list)  # cited numbers that name no source
 
 
-_WORD = re.compile(r"\w[\w'’-]*(?<![-'’])")  # "Study--" is the word "Study"
-
-
 # Currencies and units are capitalised without naming anything a passage must repeat ("Rs. 1,907.30").
 _UNIT_WORDS = set("rs inr usd us eur gbp jpy cny rmb chf aud cad sgd hkd mn bn "
                   "rupee rupees dollar dollars euro euros pound pounds yen yuan".split())
@@ -144,8 +141,8 @@ _UNIT_WORDS = set("rs inr usd us eur gbp jpy cny rmb chf aud cad sgd hkd mn bn "
 def names_in(text: str) -> set[str]:
     """Words that name something (capitalised, or letters mixed with digits), lower-cased, possessive 's dropped;
     the first word is skipped, being capitalised anyway. names_in("Sales of GPT-4o rose in Berlin's") -> {"gpt-4o", "berlin"}"""
-    words = _WORD.findall(text)[1:]
-    names = {re.sub(r"['’]s$", "", w.lower()) for w in words
+    words = WRITTEN_WORD.findall(text)[1:]
+    names = {without_possessive(w.lower()) for w in words
              if any(c.isupper() for c in w) or (any(c.isdigit() for c in w) and any(c.isalpha() for c in w))}
     return names - _UNIT_WORDS
 
@@ -187,7 +184,7 @@ def missing_specifics(claim: str, passage: str, question: str = "") -> set[str]:
     missing_specifics("In June GPT-4o scored 61.5%", "In June GPT-4 scored 61.5%") -> {"gpt-4o"}
     """
     known = passage + "\n" + question
-    known_words = {w.lower() for w in _WORD.findall(known)}
+    known_words = {w.lower() for w in WRITTEN_WORD.findall(known)}
     return (
         (numbers_in(claim) - numbers_in(passage) - subject_figures(question))
         | (months_in(claim) - months_in(known))
@@ -463,7 +460,7 @@ def under_another_label(claim: str, passage: str, question: str = "") -> bool:
     words = _label_words(claim) | _label_words(question)
     # what the claim says the figure is, its subject aside (a measure asked of "cash conversion cycle"
     # lists "Inventories, 2021: 6,854": the question's "cash" picks no row)
-    said = _label_words(claim) - {re.sub(r"['’]s$", "", n) for n in names_in(question) | names_in(claim)}
+    said = _label_words(claim) - {without_possessive(n) for n in names_in(question) | names_in(claim)}
     fit = lambda label: len(label & words) / len(label)  # noqa: E731  (the share of the row's label the claim says)
     in_prose = set().union(*(numbers_in(line) for line in lines if not FIGURES_LINE.match(line)))
     # a year or a span of years ("2003-04") heads a column or a row; it is no figure of one
@@ -544,7 +541,7 @@ def row_keys(lines: list[str]) -> list[tuple[int, str]]:
     """
     keys = []
     for i, line in enumerate(lines):
-        keys += [(i, w) for w in _WORD.findall(line.lower()) if _CODE.match(w)]
+        keys += [(i, w) for w in WRITTEN_WORD.findall(line.lower()) if _CODE.match(w)]
         cells = [c.strip(" \t.:*") for c in line.strip().strip("|").split("|")]
         label = cells[1] if len(cells) > 1 else (lines[i + 1].strip() if i + 1 < len(lines) else "")
         if cells[0].isdigit() and label[:1].isalpha():
@@ -728,8 +725,8 @@ def strangers(question: str, sources: list[Hit]) -> set[str]:
     strangers("Where are the plants of Apple Inc.?", [Hit(text="The Company's plant is at Andheri", ...)]) -> {"apple", "inc"}
     """
     file_names = " ".join(re.sub(r"[_.\-]+", " ", hit.doc_name) for hit in sources)
-    held = {re.sub(r"['’]s$", "", w.lower()) for w in _WORD.findall(" ".join(hit.text for hit in sources) + " " + file_names)}
-    named = {re.sub(r"['’]s$", "", w.lower()) for run in NAME_RUN.findall(question) for w in run.split()}
+    held = {without_possessive(w.lower()) for w in WRITTEN_WORD.findall(" ".join(hit.text for hit in sources) + " " + file_names)}
+    named = {without_possessive(w.lower()) for run in NAME_RUN.findall(question) for w in run.split()}
     return {n for n in named if n.isalpha() and len(n) > 2} - held
 
 
@@ -741,10 +738,10 @@ def support_scores(sentence: str, sources: list[Hit], question: str = "", unknow
     A sentence with a word of ``unknown`` (the question's ``strangers``) is backed by none."""
     claim = strip_markers(sentence)
     words = set(tokenize(claim))
-    if unknown & {re.sub(r"['’]s$", "", w.lower()) for w in _WORD.findall(claim)}:
+    if unknown & {without_possessive(w.lower()) for w in WRITTEN_WORD.findall(claim)}:
         return [0.0] * len(sources)
     # the question's subject ("Ulta Beauty", "FY2023"): its tokens that its plain lower-case words do not make
-    plain = " ".join(w for w in _WORD.findall(question) if re.sub(r"['’]s$", "", w.lower()) not in names_in(question))
+    plain = " ".join(w for w in WRITTEN_WORD.findall(question) if without_possessive(w.lower()) not in names_in(question))
     subject = (set(tokenize(question)) - set(tokenize(plain.lower()))) | years_in(question)
     scores = []
     for hit in sources:

@@ -17,7 +17,10 @@ stopwords and Snowball stemmers (pure Python, loaded on first use of a language)
                                    pairs ("設定ファイル" -> "設定", "定フ", "ファ", ...)
          -> keyword_tokens(text, language="en")
                                    + "^pss" for each name's initials and word in capitals
+         -> WORD / WRITTEN_WORD / LETTER_RUN
+                                   "GPT-4o's" -> "GPT", "4o", "s" / "GPT-4o's" / "GPT", "o", "s"
          -> names_with_initials()  "Pew Research Center" -> ("prc", ...)
+         -> without_possessive()   "Costco's" -> "Costco"
          -> numbers_in()           "3,200" -> "3200"
          -> years_named()          "FY19", "fiscal year 2019", "2019" -> "2019"
          -> years_in() / financial_years() / year_style() / is_period_cell()
@@ -164,6 +167,8 @@ NAME_RUN = re.compile(rf"\b{_NAME_WORD}(?:[ \t]+(?:of[ \t]+|&[ \t]+)?{_NAME_WORD
 _SUFFIXES = "Inc Incorporated Corporation Corp Company Co Ltd LLC plc Group Holdings".split()
 LEGAL_SUFFIX = re.compile(r",?[ \t]+(?:" + "|".join(_SUFFIXES + [s.upper() for s in _SUFFIXES]) + r")\b\.?(?![-\w])")
 ACRONYM = re.compile(r"\b[A-Z][A-Z0-9&]{1,5}\b")
+POSSESSIVE = r"['’]s"  # "Costco's", "Costco’s" (a typographic apostrophe)
+_POSSESSIVE_END = re.compile(rf"{POSSESSIVE}$")
 
 
 def names_with_initials(text: str) -> list[tuple[str, str]]:
@@ -186,6 +191,11 @@ def initials(text: str) -> list[str]:
     return [letters for letters, _ in names_with_initials(text)]
 
 
+def without_possessive(word: str) -> str:
+    """without_possessive("Costco’s") -> "Costco"; without_possessive("COSTCO'S") -> "COSTCO'S" (lower-case "s" only)"""
+    return _POSSESSIVE_END.sub("", word)
+
+
 def acronyms_written(text: str) -> set[str]:
     """The acronyms ``text`` writes in capitals, lower-cased: acronyms_written("the SEC and Mid-2014 IT") -> {"sec", "it"}
 
@@ -197,7 +207,14 @@ def acronyms_written(text: str) -> set[str]:
 # -----------------------------------------------------------------------------
 # Words: what keyword search and word overlap are made of
 
-_WORD = re.compile(r"\w+", re.UNICODE)
+# Three notions of a word, each for its own question:
+WORD = re.compile(r"\w+")  # what keyword search matches: "GPT-4o" is "GPT" and "4o"
+# A word as a name is written, its inner hyphens and apostrophes kept: "GPT-4o", "Berlin's" ("Study--" is "Study"),
+# so a name is compared whole (the citation checker)
+WRITTEN_WORD = re.compile(r"\w[\w'’-]*(?<![-'’])")
+# A run of Latin letters, digits aside: whether a text is written in capitals counts its words by their
+# letters ("FY2019" is the word "FY"; "2019" is no word)
+LETTER_RUN = re.compile(r"[A-Za-z]+")
 STOPWORDS = frozenset(config.STOPWORDS.split())
 _NUMBERED_THING = re.compile(
     r"\b(fig(?:ure)?|tab(?:le)?|chart|section|chapter|appendix|step|slide)s?\.?\s*(\d+[a-z]?|[ivx]+)\b", re.IGNORECASE
@@ -219,7 +236,7 @@ def tokenize(text: str, language: str | None = "en") -> list[str]:
     """
     text = _FY_YEAR.sub(lambda m: f"FY {m.group(1) if len(m.group(1)) == 4 else '20' + m.group(1)}", text)
     if not language or language == "en":
-        words = [w for w in _WORD.findall(text.lower()) if w not in STOPWORDS]
+        words = [w for w in WORD.findall(text.lower()) if w not in STOPWORDS]
     else:
         words = _words_in(text, language)
     return words + [f"{_KIND.get(kind.lower(), kind.lower())}_{num.lower()}" for kind, num in _NUMBERED_THING.findall(text)]

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 
-from text_utils import (acronyms_written, financial_years, initials, is_period_cell, is_table_row, keyword_tokens, months_in,
-                        numbers_in, sentence_spans, table_cells, tokenize, year_of_line, year_style, year_wordings, years_in, years_named)
+from text_utils import (LETTER_RUN, WORD, WRITTEN_WORD, acronyms_written, financial_years, initials, is_period_cell, is_table_row,
+                        keyword_tokens, months_in, numbers_in, sentence_spans, table_cells, tokenize, without_possessive, year_of_line,
+                        year_style, year_wordings, years_in, years_named)
 
 
 def test_tokenize_lowercases_strips_punctuation_and_stopwords():
@@ -58,6 +59,13 @@ def test_how_a_document_writes_its_years_needs_three_uses():
 def test_a_line_or_cell_that_names_a_period():
     assert year_of_line("Fiscal 2022") == "2022" and year_of_line("2022 sales") is None
     assert is_period_cell("December 31, 2018") and is_period_cell("Q4 2022") and not is_period_cell("1,577")
+
+
+def test_the_three_words_and_the_possessive():
+    assert WORD.findall("GPT-4o's") == ["GPT", "4o", "s"]  # keyword search
+    assert WRITTEN_WORD.findall("GPT-4o's Study--") == ["GPT-4o's", "Study"]  # a name as written
+    assert LETTER_RUN.findall("FY2019 3M") == ["FY", "M"]  # capitals counted on letters
+    assert [without_possessive(w) for w in ("Costco's", "Costco’s", "COSTCO'S", "Costco")] == ["Costco", "Costco", "COSTCO'S", "Costco"]
 
 
 def test_a_markdown_table_row_and_its_cells():
