@@ -42,8 +42,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import config
-from text_utils import (ACRONYM, FIGURES_LINE, LETTER_RUN, MONTHS, POSSESSIVE, acronyms_written, initials, without_possessive, year_style,
-                        years_named)
+from text_utils import (ACRONYM, FIGURES_LINE, LETTER_RUN, MONTHS, POSSESSIVE, YEAR, acronyms_written, initials, without_possessive,
+                        year_style, years_named)
 
 _CAPITALISED = re.compile(r"\b[A-Z][\w&'-]*")
 _STANDALONE_ACRONYM = re.compile(r"(?<![\w-])[A-Z][A-Z0-9&]{1,5}(?![\w-])")
@@ -53,7 +53,7 @@ _SENTENCE_START = re.compile(r"(?:^|[.?!:;]\s+|\n)$")
 _FILE_WORD = re.compile(r"[A-Za-z]{3,}|(?<![A-Za-z0-9])\d[A-Za-z]+(?![A-Za-z0-9])")  # "3M" of "3M_2018_10K.pdf"
 # The period a report covers, as its cover states it: "For the fiscal year ended December 31, 2022",
 # "for the quarterly period ended June 30, 2023", "Three months ended December 31, 2022".
-_PERIOD_ENDED = re.compile(rf"\b(?:year|period|quarter|months|weeks)\s+ended\s+(?:(?:{MONTHS})\.?\s+\d{{1,2}},?\s+)?((?:19|20)\d\d)\b",
+_PERIOD_ENDED = re.compile(rf"\b(?:year|period|quarter|months|weeks)\s+ended\s+(?:(?:{MONTHS})\.?\s+\d{{1,2}},?\s+)?({YEAR})\b",
                            re.IGNORECASE)
 # A word in lower case outside web and mail addresses ("costco" of "costco.com" is still a name).
 _LOWER_WORD = re.compile(r"(?<![\w./@-])[a-z][a-z-]*(?![\w/@]|\.[a-z])")

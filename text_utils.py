@@ -56,7 +56,7 @@ YEAR_TOKEN = re.compile(rf"^{YEAR}$")  # a figure that is a year: "2019"
 # A year standing in text, not inside a larger number ("2,011", "12019") or an amount ("$2019")
 _YEAR_IN_TEXT = re.compile(rf"(?<![\d,.$]){YEAR}(?![\d]|[,.]\d)")
 # A span of years: "2003-04", "2002 to 2003", "2001-2005"
-YEAR_SPAN = re.compile(rf"\b({YEAR})\s*(?:-|–|/|\bto\b|\band\b)\s*((?:19|20)?\d\d)\b")
+YEAR_SPAN = re.compile(rf"\b({YEAR})\s*(?:-|–|/|\bto\b|\band\b)\s*({YEAR}|\d\d)\b")
 # A year however a question or filing writes it: "FY2019", "FY 19", "fiscal 2019", "fiscal year 2019", "2019"
 _YEAR_WORDED = re.compile(rf"\b(?:{_FY}(?P<short>\d{{2}})\b|(?:FY\s?|fiscal\s+(?:year\s+)?)?(?P<year>{YEAR})\b)", re.IGNORECASE)
 _FY_YEAR = re.compile(rf"\b{_FY}({YEAR}|\d\d)\b", re.IGNORECASE)  # "FY19", "FY2019": the year a keyword search matches

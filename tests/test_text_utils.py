@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 
-from text_utils import (LETTER_RUN, WORD, WRITTEN_WORD, acronyms_written, financial_years, initials, is_period_cell, is_table_row,
-                        keyword_tokens, months_in, numbers_in, sentence_spans, table_cells, tokenize, without_possessive, year_of_line,
-                        year_style, year_wordings, years_in, years_named)
+from text_utils import (LETTER_RUN, WORD, WRITTEN_WORD, YEAR_SPAN, acronyms_written, financial_years, initials, is_period_cell,
+                        is_table_row, keyword_tokens, months_in, numbers_in, sentence_spans, table_cells, tokenize,
+                        without_possessive, year_of_line, year_style, year_wordings, years_in, years_named)
 
 
 def test_tokenize_lowercases_strips_punctuation_and_stopwords():
@@ -59,6 +59,10 @@ def test_how_a_document_writes_its_years_needs_three_uses():
 def test_a_line_or_cell_that_names_a_period():
     assert year_of_line("Fiscal 2022") == "2022" and year_of_line("2022 sales") is None
     assert is_period_cell("December 31, 2018") and is_period_cell("Q4 2022") and not is_period_cell("1,577")
+
+
+def test_a_span_of_years_ends_in_two_digits_or_a_whole_year():
+    assert YEAR_SPAN.findall("2003-04, 2001 to 2005, 2001-205") == [("2003", "04"), ("2001", "2005")]
 
 
 def test_the_three_words_and_the_possessive():
