@@ -54,8 +54,8 @@ from typing import TYPE_CHECKING
 import calc
 import config
 import rules
-from text_utils import (FIGURES_LINE, NAME_RUN, YEAR_SPAN, YEAR_TOKEN, financial_years, months_in, numbers_in, tokenize,
-                        years_in)
+from text_utils import (FIGURES_LINE, NAME_RUN, WRITTEN_WORD, YEAR_SPAN, YEAR_TOKEN, financial_years, is_table_row, months_in,
+                        numbers_in, sentence_spans, table_cells, tokenize, without_possessive, years_in)
 
 if TYPE_CHECKING:
     from retriever import Hit
@@ -115,9 +115,8 @@ rules.register("arithmetic_lines_unjudged", "a calculation line is arithmetic th
 # of digits in brackets is text, not a marker (and int() refuses strings past 4,300 digits).
 _MARKER_GROUP = r"\d{1,9}(?:\s*,\s*\d{1,9})*"
 _MARKER = re.compile(rf"\[({_MARKER_GROUP})\]")
-# A sentence end starts where its run of marks starts: tried from inside a run ("....x"), the pattern
-# would re-scan the rest of the run at every mark (quadratic on a long run).
-_SENTENCE_END = re.compile(rf"(?<![.!?])[.!?]+(?:\s*\[{_MARKER_GROUP}\])*(?=\s|$)")
+# What a sentence keeps after its end marks: the citation markers on its line ("It rained. [1] [2]")
+_TRAILING_MARKERS = rf"(?:[^\S\n]*\[{_MARKER_GROUP}\])*"
 # Rule: an abbreviation's period ends no sentence ("Rs. 1,039 million", "Fig. 3", "e.g. this").
 _ABBREVIATIONS = set(
     "rs mr mrs ms dr prof st no nos vs fig figs eq sec ch vol pp p e.g i.e etc inc ltd co corp approx est "
@@ -126,6 +125,7 @@ _ABBREVIATIONS = set(
 
 
 _INITIALS = re.compile(r"(?:[A-Z]\.)*[A-Z]")  # "R.A" of "Mr. R.A. Shah": a name goes on
+_NEXT_ON_LINE = re.compile(r"[^\S\n]*(.?)")  # the next character on the line, spaces skipped ("" at its end)
 
 
 def parse_citations(text: str) -> list[int]:
@@ -145,14 +145,14 @@ def strip_markers(text: str) -> str:
     return _MARKER.sub("", text).strip()
 
 
-def _ends_sentence(line: str, start: int, match: re.Match) -> bool:
+def _ends_sentence(text: str, start: int, match: re.Match) -> bool:
     """Is this period (or ! or ?) a sentence end, not an abbreviation or a decimal-like break?"""
-    words = line[start : match.start()].rsplit(maxsplit=1)  # the last word only: a long sentence is not re-split at each mark
+    words = text[start : match.start()].rsplit(maxsplit=1)  # the last word only: a long sentence is not re-split at each mark
     last = words[-1].rstrip(".").lstrip("([{\"'“‘") if words else ""  # "(approx." is "approx"
     abbreviation = rules.on("abbreviations") and last.lower() in _ABBREVIATIONS
     if match.group(0).startswith(".") and (abbreviation or _INITIALS.fullmatch(last)):
         return False
-    following = line[match.end() :].lstrip()[:1]
+    following = _NEXT_ON_LINE.match(text, match.end()).group(1)
     return not following.islower()
 
 
@@ -162,15 +162,8 @@ def split_sentences(text: str) -> list[str]:
     split_sentences("It rained. [1] Then it snowed [2].") -> ["It rained. [1]", "Then it snowed [2]."]
     split_sentences("Funds were Rs. 1,039 million [2].") -> ["Funds were Rs. 1,039 million [2]."]
     """
-    sentences = []
-    for line in text.split("\n"):
-        start = 0
-        for match in _SENTENCE_END.finditer(line):
-            if _ends_sentence(line, start, match):
-                sentences.append(line[start : match.end()].strip())
-                start = match.end()
-        sentences.append(line[start:].strip())
-    return [s for s in sentences if strip_markers(s).strip(" -*•")]
+    spans = sentence_spans(text, marks=".!?", kept=_TRAILING_MARKERS, between=r"(?=\s|$)", is_end=_ends_sentence, trim=True)
+    return [text[s:e] for s, e in spans if strip_markers(text[s:e]).strip(" -*•")]
 
 
 @dataclass
@@ -191,9 +184,6 @@ class CheckedSentence:
     fabricated: list[int] = field(default_factory=list)  # cited numbers that name no source
 
 
-_WORD = re.compile(r"\w[\w'’-]*(?<![-'’])")  # "Study--" is the word "Study"
-
-
 # Currencies and units are capitalised without naming anything a passage must repeat ("Rs. 1,907.30").
 _UNIT_WORDS = set("rs inr usd us eur gbp jpy cny rmb chf aud cad sgd hkd mn bn "
                   "rupee rupees dollar dollars euro euros pound pounds yen yuan".split())
@@ -202,8 +192,8 @@ _UNIT_WORDS = set("rs inr usd us eur gbp jpy cny rmb chf aud cad sgd hkd mn bn "
 def names_in(text: str) -> set[str]:
     """Words that name something (capitalised, or letters mixed with digits), lower-cased, possessive 's dropped;
     the first word is skipped, being capitalised anyway. names_in("Sales of GPT-4o rose in Berlin's") -> {"gpt-4o", "berlin"}"""
-    words = _WORD.findall(text)[1:]
-    names = {re.sub(r"['’]s$", "", w.lower()) for w in words
+    words = WRITTEN_WORD.findall(text)[1:]
+    names = {without_possessive(w.lower()) for w in words
              if any(c.isupper() for c in w) or (any(c.isdigit() for c in w) and any(c.isalpha() for c in w))}
     return names - _UNIT_WORDS
 
@@ -248,7 +238,7 @@ def missing_specifics(claim: str, passage: str, question: str = "") -> set[str]:
     missing_specifics("In June GPT-4o scored 61.5%", "In June GPT-4 scored 61.5%") -> {"gpt-4o"}
     """
     known = passage + "\n" + question
-    known_words = {w.lower() for w in _WORD.findall(known)}
+    known_words = {w.lower() for w in WRITTEN_WORD.findall(known)}
     return (
         (numbers_in(claim) - numbers_in(passage) - subject_figures(question))
         | (months_in(claim) - months_in(known))
@@ -259,7 +249,6 @@ def missing_specifics(claim: str, passage: str, question: str = "") -> set[str]:
 # -----------------------------------------------------------------------------
 # Where a figure stands: a sentence of prose, or one cell of a table with its row and column names
 
-_TABLE_LINE = re.compile(r"^\s*\|(.*)\|\s*$")
 _RULE_CELL = re.compile(r"^\s*:?-{3,}:?\s*$")
 
 
@@ -268,7 +257,7 @@ def table_units(rows: list[str]) -> list[str]:
 
     table_units(["| | 2023 | 2022 |", "| Net sales | 3,226.8 | 2,729.4 |"]) -> ["Net sales 2023 3,226.8", "Net sales 2022 2,729.4"]
     """
-    cells = [[c.strip() for c in _TABLE_LINE.match(r).group(1).split("|")] for r in rows]
+    cells = [table_cells(r) for r in rows]
     cells = [r for r in cells if not all(_RULE_CELL.match(c) or not c for c in r)]
     if not cells:
         return []
@@ -289,7 +278,7 @@ def passage_units(passage: str) -> list[str]:
     """
     units, prose, table = [], [], []
     for line in passage.split("\n") + [""]:
-        if _TABLE_LINE.match(line):
+        if is_table_row(line):
             table.append(line)
             continue
         if table:
@@ -385,7 +374,7 @@ def _line_layout(passage: str) -> _LineLayout:
     lines = [" ".join(line.split()) for line in passage.split("\n")]
     worded: dict[str, list[int]] = {}
     for i, line in enumerate(lines):
-        if not (FIGURES_LINE.match(line) or _TABLE_LINE.match(line)):
+        if not (FIGURES_LINE.match(line) or is_table_row(line)):
             for figure in numbers_in(line):
                 worded.setdefault(figure, []).append(i)
     at = list(itertools.accumulate((len(line) + 1 if line else 0 for line in lines), initial=0))
@@ -528,7 +517,7 @@ def under_another_label(claim: str, passage: str, question: str = "") -> bool:
     words = _label_words(claim) | _label_words(question)
     # what the claim says the figure is, its subject aside (a measure asked of "cash conversion cycle"
     # lists "Inventories, 2021: 6,854": the question's "cash" picks no row)
-    said = _label_words(claim) - {re.sub(r"['’]s$", "", n) for n in names_in(question) | names_in(claim)}
+    said = _label_words(claim) - {without_possessive(n) for n in names_in(question) | names_in(claim)}
     fit = lambda label: len(label & words) / len(label)  # noqa: E731  (the share of the row's label the claim says)
     in_prose = set().union(*(numbers_in(line) for line in lines if not FIGURES_LINE.match(line)))
     # a year or a span of years ("2003-04") heads a column or a row; it is no figure of one
@@ -611,7 +600,7 @@ def row_keys(lines: list[str]) -> list[tuple[int, str]]:
     """
     keys = []
     for i, line in enumerate(lines):
-        keys += [(i, w) for w in _WORD.findall(line.lower()) if _CODE.match(w)]
+        keys += [(i, w) for w in WRITTEN_WORD.findall(line.lower()) if _CODE.match(w)]
         cells = [c.strip(" \t.:*") for c in line.strip().strip("|").split("|")]
         label = cells[1] if len(cells) > 1 else (lines[i + 1].strip() if i + 1 < len(lines) else "")
         if cells[0].isdigit() and label[:1].isalpha():
@@ -770,8 +759,8 @@ def strangers(question: str, sources: list[Hit]) -> set[str]:
     strangers("Where are the plants of Apple Inc.?", [Hit(text="The Company's plant is at Andheri", ...)]) -> {"apple", "inc"}
     """
     file_names = " ".join(re.sub(r"[_.\-]+", " ", hit.doc_name) for hit in sources)
-    held = {re.sub(r"['’]s$", "", w.lower()) for w in _WORD.findall(" ".join(hit.text for hit in sources) + " " + file_names)}
-    named = {re.sub(r"['’]s$", "", w.lower()) for run in NAME_RUN.findall(question) for w in run.split()}
+    held = {without_possessive(w.lower()) for w in WRITTEN_WORD.findall(" ".join(hit.text for hit in sources) + " " + file_names)}
+    named = {without_possessive(w.lower()) for run in NAME_RUN.findall(question) for w in run.split()}
     return {n for n in named if n.isalpha() and len(n) > 2} - held
 
 
@@ -783,10 +772,10 @@ def support_scores(sentence: str, sources: list[Hit], question: str = "", unknow
     A sentence with a word of ``unknown`` (the question's ``strangers``) is backed by none."""
     claim = strip_markers(sentence)
     words = set(tokenize(claim))
-    if unknown & {re.sub(r"['’]s$", "", w.lower()) for w in _WORD.findall(claim)}:
+    if unknown & {without_possessive(w.lower()) for w in WRITTEN_WORD.findall(claim)}:
         return [0.0] * len(sources)
     # the question's subject ("Ulta Beauty", "FY2023"): its tokens that its plain lower-case words do not make
-    plain = " ".join(w for w in _WORD.findall(question) if re.sub(r"['’]s$", "", w.lower()) not in names_in(question))
+    plain = " ".join(w for w in WRITTEN_WORD.findall(question) if without_possessive(w.lower()) not in names_in(question))
     subject = (set(tokenize(question)) - set(tokenize(plain.lower()))) | years_in(question)
     scores = []
     for hit in sources:

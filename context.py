@@ -20,16 +20,14 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import replace
 
 import config
 from pages import Page
 from retriever import Hit
-from text_utils import tokenize
+from text_utils import is_table_row, tokenize
 
 GAP = " … "  # between two windows of one page: the model must not read them as one sentence
-_TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
 
 
 def term_weights(question: str, unit_texts: list[str]) -> dict[str, float]:
@@ -75,7 +73,7 @@ def window(page: Page, seed: int, size: int) -> list[int]:
 
 def with_table_header(page: Page, chosen: set[int]) -> set[int]:
     """Add the header row of every Markdown table a chosen row belongs to (the first row of its block)."""
-    is_row = [bool(_TABLE_ROW.match(page.text[s:e])) for s, e in page.spans]
+    is_row = [is_table_row(page.text[s:e]) for s, e in page.spans]
     extra = set()
     for i in chosen:
         if is_row[i]:

@@ -75,7 +75,7 @@ import ingest
 import models
 from pages import page_text
 from retriever import PRODUCT, Hit, Retriever, Steps
-from text_utils import LEGAL_SUFFIX, NAME_RUN, tokenize
+from text_utils import LEGAL_SUFFIX, NAME_RUN, YEAR, tokenize
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +170,7 @@ INSTRUCTIONS_BEFORE = [
 STATEMENTS = ["cash flow statement", "income statement", "balance sheet", "statement of financial position"]
 PERTURBATIONS = ("instruction-after", "instruction-before", "abbreviated-names", "year-wording")
 
-_YEAR = re.compile(r"\b(?:FY\s?|fiscal(?:\s+year)?\s+)?((?:19|20)\d\d)\b", re.IGNORECASE)
+_YEAR = re.compile(rf"\b(?:FY\s?|fiscal(?:\s+year)?\s+)?({YEAR})\b", re.IGNORECASE)
 
 
 def abbreviate_names(question: str, rng: random.Random) -> str:

@@ -37,7 +37,6 @@ if TYPE_CHECKING:
 
 _FILLER_CELL = re.compile(r"^[\s$]*$")
 _BULLET = re.compile(r"^\s*(?:[•●▪◦·\-–*]|\(?\d{1,2}[.)]|\(?[a-z][.)])\s+")
-_SENTENCE_END = re.compile(r"[.!?][\"'”’)\]]*(?=\s)")
 _HEADING_MAX_CHARS = 60
 LONGEST_LINE = 400  # characters; a longer "sentence" (a run-on list) is cut at its line breaks
 
@@ -77,16 +76,11 @@ def _cell_kind(cell: str) -> str:
 
 def _sentences(text: str, start: int, end: int) -> list[tuple[int, int]]:
     """Sentence spans of one paragraph ``text[start:end]``; an over-long one is cut at its line breaks."""
-    spans, at = [], start
-    for match in _SENTENCE_END.finditer(text, start, end):
-        spans.append((at, match.end()))
-        at = match.end()
-    spans.append((at, end))
+    # a sentence ends at . ! ? (with a closing quote or bracket) before a space; a line break is a space
+    spans = sentence_spans(text, start, end, marks=".!?", kept=r"[\"'”’)\]]*", between=r"(?=\s)", line_breaks=False,
+                           trim=True)
     out = []
     for s, e in spans:
-        s += len(text[s:e]) - len(text[s:e].lstrip())
-        if s >= e:
-            continue
         if e - s <= LONGEST_LINE:
             out.append((s, e))
         else:

@@ -29,10 +29,9 @@ import re
 from dataclasses import dataclass, field
 
 import domains
-from text_utils import years_named
+from text_utils import sentence_spans, years_named
 
-# A sentence ends at . ! ? followed by space (or ? ! followed by a capital); a lead-in "...question:" ends at its colon.
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[?!])(?=[A-Z])")
+# A lead-in "...question:" ends at its colon.
 _LEAD_IN = re.compile(r"^(?P<lead>[^:?]*\b(?:question|answer|analyst|respond)\b[^:?]*):\s*(?P<rest>.+)$", re.IGNORECASE | re.DOTALL)
 
 _INSTRUCTION_CUES = [
@@ -59,7 +58,9 @@ class ParsedQuestion:
 
 def sentences(text: str) -> list[str]:
     """sentences("What is X? Please state it in USD millions.") -> ["What is X?", "Please state it in USD millions."]"""
-    return [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
+    # a sentence ends at . ! ? followed by space, or at ? ! followed by a capital; a line break is a space
+    spans = sentence_spans(text, marks=".!?", between=r"\s+", capital_after="?!", line_breaks=False, trim=True)
+    return [text[s:e] for s, e in spans]
 
 
 def is_instruction(sentence: str) -> bool:

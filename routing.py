@@ -44,14 +44,12 @@ from dataclasses import dataclass, field
 import config
 import domains
 import rules
-from text_utils import ACRONYM, FIGURES_LINE, MONTHS, acronyms_written, initials, years_named
+from text_utils import ACRONYM, FIGURES_LINE, LETTER_RUN, MONTHS, POSSESSIVE, acronyms_written, initials, without_possessive, years_named
 
 _CAPITALISED = re.compile(r"\b[A-Z][\w&'-]*")
 _STANDALONE_ACRONYM = re.compile(r"(?<![\w-])[A-Z][A-Z0-9&]{1,5}(?![\w-])")
-_WORD = re.compile(r"[A-Za-z]+")
 # A word written as a name in a question: capitalised or in capitals (not a month), possessive dropped.
-_QUESTION_NAME = re.compile(rf"\b(?!(?:{MONTHS})\b)(?:[A-Z]|\d[A-Z]+\b)[\w&-]*(?:['’]s\b)?")  # "3M" is a name too
-_POSSESSIVE = re.compile(r"['\u2019]s$")
+_QUESTION_NAME = re.compile(rf"\b(?!(?:{MONTHS})\b)(?:[A-Z]|\d[A-Z]+\b)[\w&-]*(?:{POSSESSIVE}\b)?")  # "3M" is a name too
 _SENTENCE_START = re.compile(r"(?:^|[.?!:;]\s+|\n)$")
 _FILE_WORD = re.compile(r"[A-Za-z]{3,}|(?<![A-Za-z0-9])\d[A-Za-z]+(?![A-Za-z0-9])")  # "3M" of "3M_2018_10K.pdf"
 # A word in lower case outside web and mail addresses ("costco" of "costco.com" is still a name).
@@ -118,7 +116,7 @@ def acronyms_asked(question: str) -> set[str]:
 
     acronyms_asked("Which TO grew? Date it YYYY-MM-DD.") -> {"to"};  acronyms_asked("WHAT IS THE AIM?") -> set()
     """
-    words = _WORD.findall(question)
+    words = LETTER_RUN.findall(question)
     if sum(word.isupper() for word in words) * 2 > len(words):
         return set()
     return {m.lower() for m in _STANDALONE_ACRONYM.findall(question)}
@@ -174,7 +172,7 @@ def names_in_question(question: str, stopwords: frozenset[str] = frozenset()) ->
         if opens_sentence and (first.lower() in stopwords or not (rest or first.isupper())):
             run = rest
         if run:
-            names.add(_POSSESSIVE.sub("", run[0][0]).lower())
+            names.add(without_possessive(run[0][0]).lower())
         if joined := _joined_name(run):
             names.add(joined)
     return names
@@ -190,7 +188,7 @@ def _joined_name(run: list[tuple[str, bool]]) -> str:
     for word, _ in run:
         if any(ch.isdigit() for ch in word):
             break
-        parts.append(_POSSESSIVE.sub("", word))
+        parts.append(without_possessive(word))
         if parts[-1] != word:  # "Buy's": the name ends here
             break
     return "".join(parts).lower() if len(parts) > 1 else ""
@@ -225,7 +223,7 @@ def document_profile(doc_name: str, first_pages: list[str], all_text: str = "", 
     title = next((line.strip() for line in head.splitlines() if len(line.strip()) > 3), doc_name)
     common = {part for word in _LOWER_WORD.findall(all_text or head) for part in word.split("-")}  # not names
     capitalised = [] if language in NOUNS_CAPITALISED else _CAPITALISED.findall(head)
-    names = {name for name in (_POSSESSIVE.sub("", w).lower() for w in capitalised if len(w) > 2) if name not in common}
+    names = {name for name in (without_possessive(w).lower() for w in capitalised if len(w) > 2) if name not in common}
     file_words = {w.lower() for w in _FILE_WORD.findall(doc_name.rsplit(".", 1)[0])}
     years = [year for year, _ in Counter(years_named(head)).most_common()]
     doc_type = next((name for name, pattern in domains.document_types() + DOC_TYPES if re.search(pattern, head, re.IGNORECASE | re.DOTALL)), "")

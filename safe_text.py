@@ -34,13 +34,14 @@ from __future__ import annotations
 import re
 from typing import Iterable, Iterator
 
+from text_utils import is_table_row, table_cells
+
 _PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")  # every ASCII punctuation character
 # Where GFM's autolinker would start a link: "http:", "https:", "www.", and after "@".
 _LINK_START = re.compile(r"(?<=https)(?=:)|(?<=http)(?=:)|(?<=www)(?=\.)|(?<=@)", re.I)
 _WORD_JOINER = "\u2060"
 _TERMINAL_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 _LINK_CONTEXT = 5  # characters of context _LINK_START looks back at ("https")
-_TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
 _TABLE_RULE = re.compile(r"^\s*\|(\s*:?-{3,}:?\s*\|)+\s*$")
 # The opening bracket of a fence tag of prompts.py, in any spelling a model might read as one:
 # <source>, </source >, < / PAGE>, ＜source＞, &lt;/source&gt;, <\u200b/source> ...
@@ -79,13 +80,12 @@ def _table_md(rows: list[str]) -> str:
         if number == 1:
             out.append(row.strip())
             continue
-        cells = row.strip()[1:-1].split("|")
-        out.append("| " + " | ".join(md(cell.strip()) for cell in cells) + " |")
+        out.append("| " + " | ".join(md(cell) for cell in table_cells(row)) + " |")
     return "\n".join(out)
 
 
 def _table_starts(lines: list[str], i: int) -> bool:
-    return i + 1 < len(lines) and bool(_TABLE_ROW.match(lines[i]) and _TABLE_RULE.match(lines[i + 1]))
+    return i + 1 < len(lines) and is_table_row(lines[i]) and bool(_TABLE_RULE.match(lines[i + 1]))
 
 
 def passage_md(text: str) -> str:
@@ -105,7 +105,7 @@ def passage_md(text: str) -> str:
             blocks.append(md("\n".join(prose)))
             prose = []
         end = i + 2
-        while end < len(lines) and _TABLE_ROW.match(lines[end]):
+        while end < len(lines) and is_table_row(lines[end]):
             end += 1
         blocks.append(_table_md(lines[i:end]))
         i = end

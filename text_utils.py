@@ -1,10 +1,11 @@
-"""Reading text: words, names, numbers, years, dates and sentences, each pattern written once.
+"""Reading text: words, names, numbers, years, dates, table rows and sentences, each pattern written once.
 
 Every module that reads a page, a question or an answer uses these helpers, so one
 question is split into words the same way by the retriever, the evidence lines, the
-context picker and the citation checker. Nothing here imports a model or the store:
-it is plain ``re``, ``config`` for the English stopword list, and ``language`` for other
-languages' stopwords and Snowball stemmers (pure Python, loaded on first use of a language).
+context picker and the citation checker, and every sentence is cut by one splitter,
+told what ends it. Nothing here imports a model or the store: it is plain ``re``,
+``config`` for the English stopword list, and ``language`` for other languages'
+stopwords and Snowball stemmers (pure Python, loaded on first use of a language).
 
     text -> tokenize(text, language="en")
                                    keyword-search words: lower-cased, stopwords out,
@@ -16,12 +17,20 @@ languages' stopwords and Snowball stemmers (pure Python, loaded on first use of 
                                    pairs ("設定ファイル" -> "設定", "定フ", "ファ", ...)
          -> keyword_tokens(text, language="en")
                                    + "^pss" for each name's initials and word in capitals
+         -> WORD / WRITTEN_WORD / LETTER_RUN
+                                   "GPT-4o's" -> "GPT", "4o", "s" / "GPT-4o's" / "GPT", "o", "s"
          -> names_with_initials()  "Pew Research Center" -> ("prc", ...)
+         -> without_possessive()   "Costco's" -> "Costco"
          -> numbers_in()           "3,200" -> "3200"
          -> years_named()          "FY19", "fiscal year 2019", "2019" -> "2019"
          -> years_in() / financial_years() / year_style() / is_period_cell()
          -> months_in()
-         -> sentence_spans()       (start, end) of each sentence or line
+         -> is_table_row() / table_cells()
+                                   "| Net sales | 3,226.8 |" -> ["Net sales", "3,226.8"]
+         -> sentence_spans()       (start, end) of each sentence or line; the marks that end one, what
+                                   stays with it, line breaks and abbreviations are its arguments
+                                   (a page's lines, a question's sentences, evidence prose, an answer's
+                                   sentences with their citation markers)
 
 Years are built from one fragment (``YEAR``: 1900-2099), so "what counts as a year" is
 decided in one place; the patterns below differ only in where a year may stand.
@@ -31,6 +40,8 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from functools import lru_cache
+from typing import Callable
 
 import config
 import language as languages
@@ -45,7 +56,7 @@ YEAR_TOKEN = re.compile(rf"^{YEAR}$")  # a figure that is a year: "2019"
 # A year standing in text, not inside a larger number ("2,011", "12019") or an amount ("$2019")
 _YEAR_IN_TEXT = re.compile(rf"(?<![\d,.$]){YEAR}(?![\d]|[,.]\d)")
 # A span of years: "2003-04", "2002 to 2003", "2001-2005"
-YEAR_SPAN = re.compile(rf"\b({YEAR})\s*(?:-|–|/|\bto\b|\band\b)\s*((?:19|20)?\d\d)\b")
+YEAR_SPAN = re.compile(rf"\b({YEAR})\s*(?:-|–|/|\bto\b|\band\b)\s*({YEAR}|\d\d)\b")
 # A year however a question or filing writes it: "FY2019", "FY 19", "fiscal 2019", "fiscal year 2019", "2019"
 _YEAR_WORDED = re.compile(rf"\b(?:{_FY}(?P<short>\d{{2}})\b|(?:FY\s?|fiscal\s+(?:year\s+)?)?(?P<year>{YEAR})\b)", re.IGNORECASE)
 _FY_YEAR = re.compile(rf"\b{_FY}({YEAR}|\d\d)\b", re.IGNORECASE)  # "FY19", "FY2019": the year a keyword search matches
@@ -155,6 +166,8 @@ NAME_RUN = re.compile(rf"\b{_NAME_WORD}(?:[ \t]+(?:of[ \t]+|&[ \t]+)?{_NAME_WORD
 _SUFFIXES = "Inc Incorporated Corporation Corp Company Co Ltd LLC plc Group Holdings".split()
 LEGAL_SUFFIX = re.compile(r",?[ \t]+(?:" + "|".join(_SUFFIXES + [s.upper() for s in _SUFFIXES]) + r")\b\.?(?![-\w])")
 ACRONYM = re.compile(r"\b[A-Z][A-Z0-9&]{1,5}\b")
+POSSESSIVE = r"['’]s"  # "Costco's", "Costco’s" (a typographic apostrophe)
+_POSSESSIVE_END = re.compile(rf"{POSSESSIVE}$")
 
 
 def names_with_initials(text: str) -> list[tuple[str, str]]:
@@ -177,6 +190,11 @@ def initials(text: str) -> list[str]:
     return [letters for letters, _ in names_with_initials(text)]
 
 
+def without_possessive(word: str) -> str:
+    """without_possessive("Costco’s") -> "Costco"; without_possessive("COSTCO'S") -> "COSTCO'S" (lower-case "s" only)"""
+    return _POSSESSIVE_END.sub("", word)
+
+
 def acronyms_written(text: str) -> set[str]:
     """The acronyms ``text`` writes in capitals, lower-cased: acronyms_written("the SEC and Mid-2014 IT") -> {"sec", "it"}
 
@@ -188,7 +206,14 @@ def acronyms_written(text: str) -> set[str]:
 # -----------------------------------------------------------------------------
 # Words: what keyword search and word overlap are made of
 
-_WORD = re.compile(r"\w+", re.UNICODE)
+# Three notions of a word, each for its own question:
+WORD = re.compile(r"\w+")  # what keyword search matches: "GPT-4o" is "GPT" and "4o"
+# A word as a name is written, its inner hyphens and apostrophes kept: "GPT-4o", "Berlin's" ("Study--" is "Study"),
+# so a name is compared whole (the citation checker)
+WRITTEN_WORD = re.compile(r"\w[\w'’-]*(?<![-'’])")
+# A run of Latin letters, digits aside: whether a text is written in capitals counts its words by their
+# letters ("FY2019" is the word "FY"; "2019" is no word)
+LETTER_RUN = re.compile(r"[A-Za-z]+")
 STOPWORDS = frozenset(config.STOPWORDS.split())
 _NUMBERED_THING = re.compile(
     r"\b(fig(?:ure)?|tab(?:le)?|chart|section|chapter|appendix|step|slide)s?\.?\s*(\d+[a-z]?|[ivx]+)\b", re.IGNORECASE
@@ -210,7 +235,7 @@ def tokenize(text: str, language: str | None = "en") -> list[str]:
     """
     text = _FY_YEAR.sub(lambda m: f"FY {m.group(1) if len(m.group(1)) == 4 else '20' + m.group(1)}", text)
     if not language or language == "en":
-        words = [w for w in _WORD.findall(text.lower()) if w not in STOPWORDS]
+        words = [w for w in WORD.findall(text.lower()) if w not in STOPWORDS]
     else:
         words = _words_in(text, language)
     return words + [f"{_KIND.get(kind.lower(), kind.lower())}_{num.lower()}" for kind, num in _NUMBERED_THING.findall(text)]
@@ -278,21 +303,76 @@ def keyword_tokens(text: str, language: str | None = "en") -> list[str]:
 
 
 # -----------------------------------------------------------------------------
-# Sentences
+# Markdown table rows: "| Net sales | 3,226.8 |", as the layout extractor writes a table
 
-_SENTENCE_END = re.compile(r"(?<=[.!?;:])[\"')\]]*\s+|\n\s*")
+TABLE_ROW = re.compile(r"^\s*\|(.*)\|\s*$")
 
 
-def sentence_spans(text: str) -> list[tuple[int, int]]:
-    """(start, end) of each sentence or line of ``text``, whitespace trimmed.
+def is_table_row(line: str) -> bool:
+    """is_table_row("| Net sales | 3,226.8 |") -> True; is_table_row("Net sales | 3,226.8") -> False"""
+    return bool(TABLE_ROW.match(line))
+
+
+def table_cells(row: str) -> list[str]:
+    """The cells of a table row, whitespace trimmed: table_cells("| Net sales | 3,226.8 |") -> ["Net sales", "3,226.8"]"""
+    match = TABLE_ROW.match(row)
+    return [cell.strip() for cell in match.group(1).split("|")] if match else []
+
+
+# -----------------------------------------------------------------------------
+# Sentences: one splitter; what ends a sentence is said by each reader
+
+# What follows the marks and belongs to neither sentence, by default: a closing quote or bracket, then space
+_BETWEEN = r"[\"')\]]*\s+"
+
+
+@lru_cache(maxsize=None)
+def _sentence_end(marks: str, kept: str, between: str, capital_after: str, line_breaks: bool) -> re.Pattern:
+    """The pattern of a sentence end; group "end" is what the sentence keeps, a line break has none."""
+    mark = f"[{re.escape(marks)}]"
+    # The run of marks is matched from its first mark: tried from inside a run ("....x"), the pattern
+    # would re-scan the rest of the run at every mark (quadratic on a long run).
+    end = rf"(?P<end>(?<!{mark}){mark}+{kept})"
+    before_capital = rf"|(?<=[{re.escape(capital_after)}])(?=[A-Z])" if capital_after else ""
+    return re.compile(rf"{end}(?:{between}{before_capital})" + (r"|\n\s*" if line_breaks else ""))
+
+
+def sentence_spans(text: str, start: int = 0, stop: int | None = None, *, marks: str = ".!?;:", kept: str = "",
+                   between: str = _BETWEEN, capital_after: str = "", line_breaks: bool = True,
+                   is_end: Callable[[str, int, re.Match], bool] | None = None, trim: bool = False) -> list[tuple[int, int]]:
+    """(start, end) of each sentence of ``text[start:stop]``, blank ones left out. Every reader of
+    sentences splits with this; what ends a sentence is said by its arguments:
+
+    marks          the characters a run of which ends a sentence
+    kept           (a pattern) what after the marks still belongs to the sentence: a closing quote, "[2]"
+    between        (a pattern) what must follow, standing between two sentences (the space): it belongs
+                   to neither; a lookahead "(?=\\s)" asks for it and leaves it to ``trim``
+    capital_after  marks that end a sentence right before a capital too ("What is X?Please ...")
+    line_breaks    a line break ends a sentence (and the space after it is dropped)
+    is_end         is_end(text, sentence_start, match) may refuse an end: an abbreviation's period
+    trim           spans without the space at their ends; else only ``between`` and line breaks drop it
+
+    The defaults cut a page into sentences and lines (context windows, OCR units): ";" and ":" end one
+    too, and a closing quote or bracket after the marks goes with the space.
 
     sentence_spans("One. Two!\\nThree") -> [(0, 4), (5, 9), (10, 15)]
+    sentence_spans("Is it? Yes", marks="?", line_breaks=False) -> [(0, 6), (7, 10)]
     """
-    spans, start = [], 0
-    for match in _SENTENCE_END.finditer(text):
-        if match.start() > start:
-            spans.append((start, match.start()))
-        start = match.end()
-    if start < len(text):
-        spans.append((start, len(text)))
-    return [(s, e) for s, e in spans if text[s:e].strip()]
+    stop = len(text) if stop is None else stop
+    spans, at = [], start
+    for match in _sentence_end(marks, kept, between, capital_after, line_breaks).finditer(text, start, stop):
+        if match.group("end") is None:  # a line break
+            spans.append((at, match.start()))
+        elif is_end is None or is_end(text, at, match):
+            spans.append((at, match.end("end")))
+        else:
+            continue
+        at = match.end()
+    spans.append((at, stop))
+    return [_trimmed(text, s, e) if trim else (s, e) for s, e in spans if text[s:e].strip()]
+
+
+def _trimmed(text: str, start: int, end: int) -> tuple[int, int]:
+    """The span without the whitespace at its ends: text[start:end].strip() is text[_trimmed(...)]"""
+    part = text[start:end]
+    return start + len(part) - len(part.lstrip()), end - len(part) + len(part.rstrip())

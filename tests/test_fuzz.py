@@ -243,7 +243,7 @@ def _check_text_helpers(text: str) -> None:
     assert all(re.fullmatch(r"(?:19|20)\d\d-\d\d", span) for span in text_utils.financial_years(text))
     assert all(isinstance(figure, str) for figure in checker.subject_figures(text) | checker.question_keys(text))
     assert all(isinstance(unit, str) for unit in checker.passage_units(text))
-    assert all(isinstance(unit, str) for unit in checker.table_units([l for l in lines if checker._TABLE_LINE.match(l)]))
+    assert all(isinstance(unit, str) for unit in checker.table_units([l for l in lines if text_utils.is_table_row(l)]))
     assert all(isinstance(label, str) for label, _, _ in checker.labelled_values(lines))
     assert all(0 <= i < len(lines) for i, _ in checker.row_keys(lines))
 

@@ -1,9 +1,12 @@
-"""Reading text (text_utils.py): words, names, numbers, years, dates, sentences. Pure functions, no models."""
+"""Reading text (text_utils.py): words, names, numbers, years, dates, table rows, sentences. Pure functions, no models."""
 
 from __future__ import annotations
 
-from text_utils import (acronyms_written, financial_years, initials, is_period_cell, keyword_tokens, months_in, numbers_in,
-                        sentence_spans, tokenize, year_of_line, year_style, year_wordings, years_in, years_named)
+import re
+
+from text_utils import (LETTER_RUN, WORD, WRITTEN_WORD, YEAR_SPAN, acronyms_written, financial_years, initials, is_period_cell,
+                        is_table_row, keyword_tokens, months_in, numbers_in, sentence_spans, table_cells, tokenize,
+                        without_possessive, year_of_line, year_style, year_wordings, years_in, years_named)
 
 
 def test_tokenize_lowercases_strips_punctuation_and_stopwords():
@@ -58,8 +61,43 @@ def test_a_line_or_cell_that_names_a_period():
     assert is_period_cell("December 31, 2018") and is_period_cell("Q4 2022") and not is_period_cell("1,577")
 
 
+def test_a_span_of_years_ends_in_two_digits_or_a_whole_year():
+    assert YEAR_SPAN.findall("2003-04, 2001 to 2005, 2001-205") == [("2003", "04"), ("2001", "2005")]
+
+
+def test_the_three_words_and_the_possessive():
+    assert WORD.findall("GPT-4o's") == ["GPT", "4o", "s"]  # keyword search
+    assert WRITTEN_WORD.findall("GPT-4o's Study--") == ["GPT-4o's", "Study"]  # a name as written
+    assert LETTER_RUN.findall("FY2019 3M") == ["FY", "M"]  # capitals counted on letters
+    assert [without_possessive(w) for w in ("Costco's", "Costco’s", "COSTCO'S", "Costco")] == ["Costco", "Costco", "COSTCO'S", "Costco"]
+
+
+def test_a_markdown_table_row_and_its_cells():
+    assert is_table_row("  | Net sales | 3,226.8 |  ") and not is_table_row("|") and not is_table_row("Net sales | 3,226.8")
+    assert table_cells("| Net sales | 3,226.8 | |") == ["Net sales", "3,226.8", ""]
+
+
 def test_sentences_and_lines_are_spans_of_the_text():
-    assert sentence_spans("One. Two!\nThree") == [(0, 4), (5, 9), (10, 15)]
+    text = 'One. Two!\nThree; four: He said "no." Then'
+    assert [text[s:e] for s, e in sentence_spans(text)] == ["One.", "Two!", "Three;", "four:", 'He said "no.', "Then"]
+    assert sentence_spans(" One  \nTwo") == [(0, 6), (7, 10)]  # untrimmed unless asked: offsets of the page's units
+
+
+def test_what_ends_a_sentence_is_said_by_the_reader():
+    def split(text: str, **reading) -> list[str]:
+        return [text[s:e] for s, e in sentence_spans(text, **reading)]
+
+    question = dict(marks=".!?", between=r"\s+", capital_after="?!", line_breaks=False, trim=True)
+    assert split("What is X?Please answer; in USD.\nThanks", **question) == ["What is X?", "Please answer; in USD.", "Thanks"]
+    prose = dict(marks=".!?", kept=r"[\"”)]*", between=r"(?=\s)", line_breaks=False, trim=True)
+    assert split('He said "no." Then\nwent.', **prose) == ['He said "no."', "Then\nwent."]
+
+    def not_after_fig(text: str, start: int, match: re.Match) -> bool:
+        return not text[start : match.start()].endswith("Fig")
+
+    answer = dict(marks=".!?", kept=r"(?:[^\S\n]*\[\d+\])*", between=r"(?=\s|$)", is_end=not_after_fig, trim=True)
+    assert split("See Fig. 3. [1]\n[2] Done.", **answer) == ["See Fig. 3. [1]", "[2] Done."]
+    assert sentence_spans("Skip. One. Two", 6, 14, trim=True) == [(6, 10), (11, 14)]  # a paragraph of a page
 
 
 # -----------------------------------------------------------------------------
