@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING
 import calc
 import config
 import rules
-from text_utils import (FIGURES_LINE, NAME_RUN, WRITTEN_WORD, YEAR_SPAN, YEAR_TOKEN, financial_years, is_table_row, months_in,
+from text_utils import (FIGURES_LINE, NAME_RUN, WRITTEN_WORD, YEAR_SPAN, YEAR_TOKEN, one_year_spans, is_table_row, months_in,
                         numbers_in, sentence_spans, table_cells, tokenize, without_possessive, years_in)
 
 if TYPE_CHECKING:
@@ -71,8 +71,8 @@ rules.register("specifics", "every number, month and name a sentence states must
                _TEST + "test_rule_a_figure_must_stand_in_its_passage", forbids=True)
 rules.register("figure_in_place", "a figure must stand in its passage beside the thing it is said of, and beside the claim's year",
                _TEST + "test_rule_a_figure_must_stand_beside_the_thing_it_is_said_of", forbids=True)
-rules.register("financial_year_rows", "a figure of one financial year does not back a claim about another",
-               _TEST + "test_rule_a_figure_of_one_financial_year_does_not_back_another", forbids=True)
+rules.register("year_span_rows", "a figure of one year span (2003-04) does not back a claim about another",
+               _TEST + "test_rule_a_figure_of_one_year_span_does_not_back_another", forbids=True)
 rules.register("cell_per_line_label", "in a table printed one cell per line, a figure belongs to the label above its run of values",
                _TEST + "test_rule_a_figure_of_a_cell_per_line_table_belongs_to_the_label_above_it", forbids=True)
 rules.register("row_qualifier", "a row lacking a word the claim says, where another row has it, is another row",
@@ -308,8 +308,8 @@ def misplaced_figures(claim: str, passage: str, question: str = "") -> set[str]:
     """Rule: a figure must stand in its passage beside the thing it is said of, and beside the claim's year.
     The claim's figures the passage holds only in the wrong place: in no sentence or table cell whose
     words fit the claim's words as well as any other figure's place does (another row), or only beside
-    a year other than the claim's (another column or period), or only in rows of other financial years
-    (``in_another_financial_year``). The question's subject figures are exempt.
+    a year other than the claim's (another column or period), or only in rows of other year spans
+    (``in_another_year_span``). The question's subject figures are exempt.
 
     misplaced_figures("Net income was 412", "| | 2023 |\n| Operating income | 412 |\n| Net income | 296 |") -> {"412"}
     """
@@ -322,7 +322,7 @@ def misplaced_figures(claim: str, passage: str, question: str = "") -> set[str]:
     best_fit = max((len(words & w) for _, w, _ in figure_units), default=0)
     # the passage is read once for all the claim's figures: a claim listing many figures costs no re-reading
     layout, readers = _line_layout(passage), {}
-    asked = financial_years(claim)
+    asked = one_year_spans(claim)
     rows = _row_years(passage) if asked else {}
     misplaced = set()
     for figure in numbers_in(claim) - subject_figures(question) - shared_references(claim, passage):
@@ -442,19 +442,19 @@ def _worded_places(places: list[tuple[str, set[str], set[str]]], figure: str, la
     return list(narrowed.values()) or [_reader(readers, u)(len(u)) for u, _, _ in places]
 
 
-def in_another_financial_year(figure: str, claim: str, passage: str) -> bool:
-    """Rule: a figure of one financial year does not back a claim about another.
-    Does ``figure`` stand only in rows of financial years other than the claim's? In a table read one
+def in_another_year_span(figure: str, claim: str, passage: str) -> bool:
+    """Rule: a figure of one year span (2003-04) does not back a claim about another.
+    Does ``figure`` stand only in rows of year spans ("2003-04") other than the claim's? In a table read one
     cell per line, a row's year ("2003-04") is the nearest such line above its figures.
 
-    in_another_financial_year("98", "In 2002-03 the dividend was 98", "2002-03\n12\n2003-04\n98") -> True
+    in_another_year_span("98", "In 2002-03 the dividend was 98", "2002-03\n12\n2003-04\n98") -> True
     """
-    asked = financial_years(claim)
+    asked = one_year_spans(claim)
     return bool(asked) and _only_in_other_years(figure, asked, _row_years(passage))
 
 
 def _row_years(passage: str) -> dict[str, list[set[str] | None]]:
-    """For each figure, the financial years of each line it stands on: those of the nearest line above
+    """For each figure, the year spans of each line it stands on: those of the nearest line above
     that names some (None when none does), in one pass down the passage (lines naming years are rows' heads).
 
     _row_years("2002-03\n12\n2003-04\n98") -> {"12": [{"2002-03"}], "98": [{"2003-04"}]}
@@ -462,7 +462,7 @@ def _row_years(passage: str) -> dict[str, list[set[str] | None]]:
     rows: dict[str, list[set[str] | None]] = {}
     above = None
     for line in passage.split("\n"):
-        if spans := financial_years(line):
+        if spans := one_year_spans(line):
             above = spans
             continue
         for figure in numbers_in(line):
@@ -470,9 +470,9 @@ def _row_years(passage: str) -> dict[str, list[set[str] | None]]:
     return rows
 
 
-@rules.switch("financial_year_rows", stand_in=False)
+@rules.switch("year_span_rows", stand_in=False)
 def _only_in_other_years(figure: str, asked: set[str], rows: dict[str, list[set[str] | None]]) -> bool:
-    """Is every row of ``figure`` (``_row_years``) headed by financial years, none of them ``asked``?"""
+    """Is every row of ``figure`` (``_row_years``) headed by year spans, none of them ``asked``?"""
     row_years = rows.get(figure, [])
     return bool(row_years) and all(years is not None and not years & asked for years in row_years)
 

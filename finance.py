@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 import calc
-from text_utils import FIGURE_CELL, MONTHS, YEAR, year_of_line, year_style, year_wordings, years_named
+from text_utils import FIGURE_CELL, FY, MONTHS, YEAR, YEAR_WORDED, year_of_line, years_named
 
 if TYPE_CHECKING:
     from pages import Line, Page
@@ -424,6 +424,31 @@ def report_period(head: str) -> str:
     return found.group(1) if found else ""
 
 
+# How a document writes its fiscal years ("FY2019", "fiscal 2019", "2019"): the semantic search embeds a
+# question's years in each document's own wording.
+_FY_STYLE = re.compile(rf"\b{FY}\d{{2,4}}\b")
+_FISCAL_STYLE = re.compile(rf"\bfiscal\s+(?:year\s+)?{YEAR}\b", re.IGNORECASE)
+
+
+def year_wordings(text: str, style: str) -> str:
+    """Every year in ``text`` written one way: "plain" 2019, "fy" FY2019 or "fiscal" fiscal 2019.
+
+    year_wordings("Capex in FY2019?", "plain") -> "Capex in 2019?"
+    """
+    def reword(match: re.Match) -> str:
+        year = match.group("year") or f"20{match.group('short')}"
+        return {"plain": year, "fy": f"FY{year}", "fiscal": f"fiscal {year}"}[style]
+
+    return YEAR_WORDED.sub(reword, text)
+
+
+def year_style(text: str) -> str:
+    """year_style("Net sales rose in FY2021 and FY2020 ... FY19") -> "fy" (a style needs 3 uses, else "plain")"""
+    counts = {"fy": len(_FY_STYLE.findall(text)), "fiscal": len(_FISCAL_STYLE.findall(text))}
+    style = max(counts, key=counts.get)
+    return style if counts[style] >= 3 else "plain"
+
+
 # -----------------------------------------------------------------------------
 # The hooks domains.py calls, under their generic names
 
@@ -434,7 +459,6 @@ line_ranking = measure_rows
 answer_in_code = measure_from_statements
 prompt_notes = formulas_for
 document_types = DOC_TYPES
-# How a document writes its fiscal years: a question's years are embedded in each document's own wording.
 wordings = ("plain", "fy", "fiscal")
 wording_of = year_style
 in_wording = year_wordings

@@ -23,7 +23,7 @@ stopwords and Snowball stemmers (pure Python, loaded on first use of a language)
          -> without_possessive()   "Costco's" -> "Costco"
          -> numbers_in()           "3,200" -> "3200"
          -> years_named()          "FY19", "fiscal year 2019", "2019" -> "2019"
-         -> years_in() / financial_years() / year_style() / is_period_cell()
+         -> years_in() / one_year_spans() / is_period_cell()
          -> months_in()
          -> is_table_row() / table_cells()
                                    "| Net sales | 3,226.8 |" -> ["Net sales", "3,226.8"]
@@ -50,7 +50,7 @@ import language as languages
 # Years: one fragment, the places it may stand
 
 YEAR = r"(?:19|20)\d\d"
-_FY = r"FY\s?'?"  # "FY2019", "FY 2019", "FY'19"
+FY = r"FY\s?'?"  # "FY2019", "FY 2019", "FY'19"
 
 YEAR_TOKEN = re.compile(rf"^{YEAR}$")  # a figure that is a year: "2019"
 # A year standing in text, not inside a larger number ("2,011", "12019") or an amount ("$2019")
@@ -58,10 +58,8 @@ _YEAR_IN_TEXT = re.compile(rf"(?<![\d,.$]){YEAR}(?![\d]|[,.]\d)")
 # A span of years: "2003-04", "2002 to 2003", "2001-2005"
 YEAR_SPAN = re.compile(rf"\b({YEAR})\s*(?:-|–|/|\bto\b|\band\b)\s*({YEAR}|\d\d)\b")
 # A year however a question or filing writes it: "FY2019", "FY 19", "fiscal 2019", "fiscal year 2019", "2019"
-_YEAR_WORDED = re.compile(rf"\b(?:{_FY}(?P<short>\d{{2}})\b|(?:FY\s?|fiscal\s+(?:year\s+)?)?(?P<year>{YEAR})\b)", re.IGNORECASE)
-_FY_YEAR = re.compile(rf"\b{_FY}({YEAR}|\d\d)\b", re.IGNORECASE)  # "FY19", "FY2019": the year a keyword search matches
-_FY_STYLE = re.compile(rf"\b{_FY}\d{{2,4}}\b")
-_FISCAL_STYLE = re.compile(rf"\bfiscal\s+(?:year\s+)?{YEAR}\b", re.IGNORECASE)
+YEAR_WORDED = re.compile(rf"\b(?:{FY}(?P<short>\d{{2}})\b|(?:FY\s?|fiscal\s+(?:year\s+)?)?(?P<year>{YEAR})\b)", re.IGNORECASE)
+_FY_YEAR = re.compile(rf"\b{FY}({YEAR}|\d\d)\b", re.IGNORECASE)  # "FY19", "FY2019": the year a keyword search matches
 # A line or cell that is only a year: "2018", "fiscal 2018", "FY2018" (a statement's column head)
 _YEAR_LINE = re.compile(rf"^(?:fiscal |fy\s?)?({YEAR})$", re.IGNORECASE)
 # A column head that is a period: "2018", "FY2023", "Fiscal 2022", "December 31, 2018", "Q4 2022"
@@ -71,30 +69,11 @@ _PERIOD_CELL = re.compile(rf"^(?:(?:fiscal|fy|q[1-4])\s?|[A-Za-z]{{3,9}}\.?\s+(?
 def years_named(text: str) -> list[str]:
     """Four-digit years however they are written: years_named("FY19 vs fiscal year 2020") -> ["2019", "2020"]"""
     years = []
-    for match in _YEAR_WORDED.finditer(text):
+    for match in YEAR_WORDED.finditer(text):
         year = match.group("year") or f"20{match.group('short')}"
         if year not in years:
             years.append(year)
     return years
-
-
-def year_wordings(text: str, style: str) -> str:
-    """Every year in ``text`` written one way: "plain" 2019, "fy" FY2019 or "fiscal" fiscal 2019.
-
-    year_wordings("Capex in FY2019?", "plain") -> "Capex in 2019?"
-    """
-    def reword(match: re.Match) -> str:
-        year = match.group("year") or f"20{match.group('short')}"
-        return {"plain": year, "fy": f"FY{year}", "fiscal": f"fiscal {year}"}[style]
-
-    return _YEAR_WORDED.sub(reword, text)
-
-
-def year_style(text: str) -> str:
-    """year_style("Net sales rose in FY2021 and FY2020 ... FY19") -> "fy" (a style needs 3 uses, else "plain")"""
-    counts = {"fy": len(_FY_STYLE.findall(text)), "fiscal": len(_FISCAL_STYLE.findall(text))}
-    style = max(counts, key=counts.get)
-    return style if counts[style] >= 3 else "plain"
 
 
 def years_in(text: str) -> set[str]:
@@ -102,10 +81,10 @@ def years_in(text: str) -> set[str]:
     return set(_YEAR_IN_TEXT.findall(text))
 
 
-def financial_years(text: str) -> set[str]:
+def one_year_spans(text: str) -> set[str]:
     """Spans of one year, the way a financial year is written ("2003-04" runs April 2003 to March 2004).
 
-    financial_years("between 2002 to 2003; rows 2003-04 and 1999-00; 2001-2005") -> {"2002-03", "2003-04", "1999-00"}
+    one_year_spans("between 2002 to 2003; rows 2003-04 and 1999-00; 2001-2005") -> {"2002-03", "2003-04", "1999-00"}
     """
     return {f"{start}-{end[-2:]}" for start, end in YEAR_SPAN.findall(text) if int(end[-2:]) == (int(start) + 1) % 100}
 

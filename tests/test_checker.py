@@ -181,7 +181,7 @@ def test_a_figure_whose_row_lacks_the_qualifier_the_question_asks_for_is_not_sup
     assert stock.supported and stock.citations[0].verified
 
 
-def test_a_figure_from_the_row_of_another_financial_year_is_not_supported():
+def test_a_figure_from_the_row_of_another_year_span_is_not_supported():
     """Indian annual reports run tables by financial year ("2003-04"); the row's year is the line above its figures."""
     dividends = _hit("Erstwhile ITC Hotels Limited\nFinancial\nDate of Declaration\nTotal Dividend\nUnclaimed Dividend\nDue for\n"
                      "Year\nof Dividend\n(Rs.)\nas on 31/03/2007\ntransfer to IEPF\n2000-01\n17th August, 2001\n3,02,16,492.00\n"
@@ -399,9 +399,9 @@ def test_rule_a_lookup_is_answered_from_the_row_of_its_key():
     assert not checker.beside_another_key("It is Boiler: over-temperature.", errors, "What is error 88?")
 
 
-def test_rule_a_figure_of_one_financial_year_does_not_back_another():
-    assert checker.in_another_financial_year("98", "In 2002-03 the dividend was 98", "2002-03\n12\n2003-04\n98")
-    assert not checker.in_another_financial_year("98", "In 2003-04 the dividend was 98", "2002-03\n12\n2003-04\n98")
+def test_rule_a_figure_of_one_year_span_does_not_back_another():
+    assert checker.in_another_year_span("98", "In 2002-03 the dividend was 98", "2002-03\n12\n2003-04\n98")
+    assert not checker.in_another_year_span("98", "In 2003-04 the dividend was 98", "2002-03\n12\n2003-04\n98")
 
 
 def test_rule_a_denial_needs_a_passage_that_denies():

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import finance
 from finance import statements_headed, statements_measured, statements_named
-from pages import page_lines
 from question import parse_question
 
 BALANCE_SHEET = "\n".join([
@@ -103,3 +102,12 @@ def test_a_financial_measure_names_the_statements_it_is_computed_from():
     assert parsed.hints == ["cash flow statement"]
     # other comprehensive income is a statement of its own, not the income statement ratios use
     assert statements_named("Consolidated Statements of Comprehensive Income") == ["statement of comprehensive income"]
+
+
+def test_a_question_s_years_are_written_as_the_document_writes_its_fiscal_years():
+    assert finance.year_wordings("capex in FY2019 and 2020", "fiscal") == "capex in fiscal 2019 and fiscal 2020"
+    assert finance.year_wordings("capex in fiscal 2019", "plain") == "capex in 2019"
+
+
+def test_how_a_document_writes_its_years_needs_three_uses():
+    assert finance.year_style("In FY2021, FY2020 and FY2019 sales rose") == "fy" and finance.year_style("In 2021 sales rose") == "plain"

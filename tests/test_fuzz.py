@@ -240,7 +240,7 @@ def _check_text_helpers(text: str) -> None:
     assert text_utils.months_in(text) <= {"jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"}
     assert all(isinstance(name, str) for name in checker.names_in(text))
     assert all(re.fullmatch(r"(?:19|20)\d\d", y) for y in text_utils.years_in(text))
-    assert all(re.fullmatch(r"(?:19|20)\d\d-\d\d", span) for span in text_utils.financial_years(text))
+    assert all(re.fullmatch(r"(?:19|20)\d\d-\d\d", span) for span in text_utils.one_year_spans(text))
     assert all(isinstance(figure, str) for figure in checker.subject_figures(text) | checker.question_keys(text))
     assert all(isinstance(unit, str) for unit in checker.passage_units(text))
     assert all(isinstance(unit, str) for unit in checker.table_units([l for l in lines if text_utils.is_table_row(l)]))
@@ -257,7 +257,7 @@ def _check_rules(claim: str, passage: str, question: str) -> None:
     assert isinstance(checker.beside_another_key(claim, passage, question), bool)
     assert isinstance(checker.answer_beside_question(claim, passage, question), bool)
     for figure in sorted(text_utils.numbers_in(claim))[:3]:
-        assert isinstance(checker.in_another_financial_year(figure, claim, passage), bool)
+        assert isinstance(checker.in_another_year_span(figure, claim, passage), bool)
     assert isinstance(checker.names_one_side(passage.split("\n")[0], checker._label_words(claim)), bool)
     assert checker.shared_references(claim, passage) <= set(re.findall(r"\d+", claim))
     assert checker.said_word_for_word(claim, claim) and checker.said_word_for_word(claim, f"{question} {claim} {passage}")
@@ -428,7 +428,7 @@ def _calls(text: str) -> dict:
         "checker.under_another_label": lambda: checker.under_another_label(text, text, text),
         "checker.beside_another_key": lambda: checker.beside_another_key(text, text, "What is error 88 or AR01?"),
         "checker.answer_beside_question": lambda: checker.answer_beside_question(text, text, text[:300]),
-        "checker.in_another_financial_year": lambda: checker.in_another_financial_year("1", "In 2003-04 " + text, text),
+        "checker.in_another_year_span": lambda: checker.in_another_year_span("1", "In 2003-04 " + text, text),
         "checker.said_word_for_word": lambda: checker.said_word_for_word(text, text),
         "checker.strangers": lambda: checker.strangers(text, hits),
         "checker.verify_answer": lambda: checker.verify_answer(text[:3000], hits, text[:300]),

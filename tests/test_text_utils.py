@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 
-from text_utils import (LETTER_RUN, WORD, WRITTEN_WORD, YEAR_SPAN, acronyms_written, financial_years, initials, is_period_cell,
+from text_utils import (LETTER_RUN, WORD, WRITTEN_WORD, YEAR_SPAN, acronyms_written, one_year_spans, initials, is_period_cell,
                         is_table_row, keyword_tokens, months_in, numbers_in, sentence_spans, table_cells, tokenize,
-                        without_possessive, year_of_line, year_style, year_wordings, years_in, years_named)
+                        without_possessive, year_of_line, years_in, years_named)
 
 
 def test_tokenize_lowercases_strips_punctuation_and_stopwords():
@@ -40,20 +40,14 @@ def test_months_are_read_whole_or_abbreviated_and_not_inside_other_words():
 
 def test_years_are_read_however_they_are_written():
     assert years_named("FY19 against fiscal year 2020 and 2021 (FY2021)") == ["2019", "2020", "2021"]
-    assert year_wordings("capex in FY2019 and 2020", "fiscal") == "capex in fiscal 2019 and fiscal 2020"
-    assert year_wordings("capex in fiscal 2019", "plain") == "capex in 2019"
 
 
 def test_a_year_inside_a_larger_number_is_no_year():
     assert years_in("fiscal 2022 (2,011 in FY2021; $2019 and 12019)") == {"2022", "2021"}
 
 
-def test_a_financial_year_is_a_span_of_one_year():
-    assert financial_years("between 2002 to 2003; rows 2003-04 and 1999-00; 2001-2005") == {"2002-03", "2003-04", "1999-00"}
-
-
-def test_how_a_document_writes_its_years_needs_three_uses():
-    assert year_style("In FY2021, FY2020 and FY2019 sales rose") == "fy" and year_style("In 2021 sales rose") == "plain"
+def test_a_year_span_of_one_year_is_read_as_a_period():
+    assert one_year_spans("between 2002 to 2003; rows 2003-04 and 1999-00; 2001-2005") == {"2002-03", "2003-04", "1999-00"}
 
 
 def test_a_line_or_cell_that_names_a_period():
