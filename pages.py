@@ -13,14 +13,6 @@
     -> [Line(start, end, kind, text, label)]: the span on the page (for highlighting) and the line as read
 
 Plain ``re`` on the page text; nothing here knows the store or a model.
-      prose      one sentence (wrapped lines joined; a short line that ends no sentence is a heading)
-      list item  a line that starts with a bullet or an item number
-      table row  a label and the figures printed under it, one cell per line in the text layer
-                 ("Purchases of PP&E\\n(1,577)\\n(1,373)"), or a Markdown row; read with its column
-                 heads ("2018: (1,577) · 2017: (1,373)") and the table's heading above it
-    -> [Line(start, end, kind, text, label)]: the span on the page (for highlighting) and the line as read
-
-Plain ``re`` on the page text; nothing here knows the store or a model.
 """
 
 from __future__ import annotations
