@@ -78,7 +78,7 @@ def calculation_of(reply: str) -> str | None:
     if not matches:
         return None
     match = matches[-1]  # a worked chain of steps ends with the one that gives the answer
-    line = re.sub(r"\[\d+(?:\s*,\s*\d+)*\]|[<>]", "", match.group("expr"))
+    line = re.sub(r"\[L?\d+(?:\s*,\s*L?\d+)*\]|[<>]", "", match.group("expr"))
     steps = [step.strip(" *_`.") for step in line.split("=")]
     # "cash ratio = 9,889 / 26,291 = 0.38": the first step that is arithmetic, not the measure's name
     return next((step for step in steps if evaluate(step) is not None and _OPERATOR.search(step)), steps[0] or None)

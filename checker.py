@@ -113,7 +113,8 @@ rules.register("arithmetic_lines_unjudged", "a calculation line is arithmetic th
 
 # A marker numbers a passage shown to the model: nine digits is past any list of them, so a longer run
 # of digits in brackets is text, not a marker (and int() refuses strings past 4,300 digits).
-_MARKER_GROUP = r"\d{1,9}(?:\s*,\s*\d{1,9})*"
+# A line read by the model is cited "[L2]" (qa.py numbers lines so); the number is what counts.
+_MARKER_GROUP = r"L?\d{1,9}(?:\s*,\s*L?\d{1,9})*"
 _MARKER = re.compile(rf"\[({_MARKER_GROUP})\]")
 # What a sentence keeps after its end marks: the citation markers on its line ("It rained. [1] [2]")
 _TRAILING_MARKERS = rf"(?:[^\S\n]*\[{_MARKER_GROUP}\])*"
@@ -132,12 +133,13 @@ def parse_citations(text: str) -> list[int]:
     """Source numbers cited in ``text``, in order, without repeats.
 
     parse_citations("Rain fell [2]. It flooded [1, 3][2].") -> [2, 1, 3]
+    parse_citations("It rose [L2][L1, L3].") -> [2, 1, 3]
     """
     numbers: list[int] = []
     for group in _MARKER.findall(text):
         for n in group.split(","):
-            if int(n) not in numbers:
-                numbers.append(int(n))
+            if int(n.strip().lstrip("L")) not in numbers:
+                numbers.append(int(n.strip().lstrip("L")))
     return numbers
 
 

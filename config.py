@@ -162,6 +162,10 @@ DOMAINS = _env("DOMAINS", "finance")
 TOP_K = _env("TOP_K", 5)  # pages shown and cited per question
 HISTORY_TURNS = _env("HISTORY_TURNS", 3)  # earlier question/answer pairs shown to the model
 EVIDENCE_LINES = _env("EVIDENCE_LINES", 3)  # lines of the documents shown under the question (evidence.py)
+# What the model reads: "lines" (ANSWER_LINES evidence lines, [L1] the first shown) or "passages" (the pages'
+# best sentences and rows, about CONTEXT_CHARS, as before issue 47).
+ANSWER_CONTEXT = _env("ANSWER_CONTEXT", "lines")
+ANSWER_LINES = _env("ANSWER_LINES", 10)  # lines the model reads, the EVIDENCE_LINES shown first among them
 REFUSE_PERSONAL_DATA = _env("REFUSE_PERSONAL_DATA", False)  # refuse questions with SSNs, cards, e-mails, phones
 # Questions about a whole document (overview.py): "summarise", "list its sections", "compare".
 WHOLE_DOCUMENT_SECONDS = _env("WHOLE_DOCUMENT_SECONDS", 60)  # reading sections with the model; the rest listed by their labels

@@ -27,7 +27,7 @@ import numpy as np
 
 import config
 import domains
-from pages import Line, Page, page_text
+from pages import Line, Page, page_text, unit_above
 from question import ParsedQuestion, parse_question
 from retriever import Hit, Retriever, rrf
 
@@ -69,8 +69,10 @@ def fuse_lines(keyword: np.ndarray, meaning: np.ndarray, marked: np.ndarray | No
 
 
 def best_lines(question: str | ParsedQuestion, pages: list[Page], retriever: Retriever, n: int | None = None,
-               max_pages: int | None = None) -> list[Hit]:
-    """The ``n`` lines of the ``max_pages`` best-ranked ``pages`` that best answer ``question``, best first.
+               max_pages: int | None = None, more: int = 0) -> list[Hit]:
+    """The ``n`` lines of the ``max_pages`` best-ranked ``pages`` that best answer ``question``, best first;
+    then, given ``more``, that many further lines, chosen the same way as if ``n + more`` were asked (the
+    lines the model reads: the first ``n`` are those shown first, so [L1]..[Ln] are on screen).
 
     ``pages`` are the search's hits loaded once (``retriever.load_pages``); ``question`` the text or its
     ``ParsedQuestion``. Each line is a Hit on its page: ``text`` is the line as read (a row with its heads),
@@ -81,7 +83,7 @@ def best_lines(question: str | ParsedQuestion, pages: list[Page], retriever: Ret
     n = n or config.EVIDENCE_LINES
     max_pages = max_pages or config.EVIDENCE_PAGES
     parsed = question if isinstance(question, ParsedQuestion) else parse_question(question)
-    quotas = page_quotas(n, max_pages)
+    quotas = page_quotas(n + more, max_pages)
     candidates: list[tuple[Hit, Line, int, Page]] = []  # the lines of the pages that show some, with their page's rank
     shown_pages: list[tuple[int, int]] = []  # (page rank, lines it shows)
     for rank, page in enumerate(pages[:max_pages], 1):
@@ -98,21 +100,45 @@ def best_lines(question: str | ParsedQuestion, pages: list[Page], retriever: Ret
     keyword, meaning = retriever.line_scores(parsed.query, texts, [hit.collection for hit, *_ in candidates])
     fused = fuse_lines(keyword, meaning, domains.line_ranking(parsed.text, [line for _, line, *_ in candidates]))
     ranked = np.argsort(-fused, kind="stable")
-    chosen = [i for page_rank, quota in shown_pages for i in [i for i in ranked if candidates[i][2] == page_rank][:quota]]
-    # fewer pages than shares (a one-page document): the pages read show more rather than fewer lines in all
-    chosen += [i for i in ranked if i not in chosen][: n - len(chosen)]
-    chosen.sort(key=lambda i: (candidates[i][2], -fused[i]))  # best page first, each page's best line first
+    first = _chosen(ranked, [rank for rank, _ in shown_pages], page_quotas(n, max_pages), [c[2] for c in candidates], n, [])
+    chosen = first + _chosen(ranked, [rank for rank, _ in shown_pages], quotas, [c[2] for c in candidates], n + more, first)[: more]
     shown = []
     for i in chosen:
         hit, line, page_rank, page = candidates[i]
         hit.id = f"{hit.collection}:{hit.page}:{line.start}"
         hit.score = float(fused[i])
         hit.ocr_boxes = _boxes_within(page, line)
+        if line.kind == "row" and (unit := unit_above(page.text, line.start)) and unit not in hit.text:
+            hit.text += f" · {unit}"  # a figure read alone needs its unit
         # the page's search trace stays; the line's own signals join it
         hit.trace = {**hit.trace, "line_keyword": round(float(keyword[i]), 3), "line_meaning": round(float(meaning[i]), 3),
-                     "page_rank": page_rank, "kind": line.kind}
+                     "page_rank": page_rank, "kind": line.kind, "label": line.label,
+                     "before": sentence_before(page, line)}
         shown.append(hit)
     return shown
+
+
+def sentence_before(page: Page, line: Line) -> str:
+    """The sentence just before a prose line on its page, what a reader of that one line needs to follow
+    it ("It" of "It rose 5%."); "" for a row, a heading or the page's first sentence."""
+    if line.kind not in ("sentence", "item"):
+        return ""
+    before = [other for other in page.lines if other.end <= line.start]
+    return before[-1].text if before and before[-1].kind in ("sentence", "item") else ""
+
+
+def _chosen(ranked: np.ndarray, page_ranks: list[int], quotas: list[int], line_pages: list[int], n: int,
+            taken: list[int]) -> list[int]:
+    """Which lines (indices into ``line_pages``, the page rank of each line) ``quotas`` pick from the pages
+    with some to show (``page_ranks``, best first), leaving out those ``taken`` already: each page its
+    share of its best lines by ``ranked``, best page first, each page's best line first."""
+    chosen = [i for page_rank, quota in zip(page_ranks, quotas)
+              for i in [i for i in ranked if line_pages[i] == page_rank][:quota]]
+    # fewer pages than shares (a one-page document): the pages read show more rather than fewer lines in all
+    chosen += [i for i in ranked if i not in chosen][: n - len(chosen)]
+    position = {i: p for p, i in enumerate(ranked)}
+    chosen.sort(key=lambda i: (line_pages[i], position[i]))
+    return [i for i in chosen if i not in taken]
 
 
 def _boxes_within(page: Page, line: Line) -> str:

@@ -160,6 +160,22 @@ def page_lines(text: str) -> list[Line]:
     return lines
 
 
+# A table's unit, as its heading prints it: "(In millions, except per share data)", "(Rs. in lakhs)", "$ in thousands".
+_UNIT = re.compile(r"\(?(?:amounts |expressed |figures )?(?:(?:[$€£¥₹]|rs\.?|inr|usd|eur|us\s?\$)\s*)?(?:in\s+)?"
+                   r"(?:millions|thousands|billions|lakhs|crores)\b(?:[^)\n]{0,60}\))?", re.IGNORECASE)
+_UNIT_BACK_CHARS = 3000  # a unit this far above a line heads another table
+
+
+def unit_above(text: str, start: int) -> str:
+    """The unit the table a line stands in is printed in: the last unit phrase above it on the page ("" if none).
+
+    unit_above("Balance Sheets\n(In millions)\nCash\n5\n6", 27) -> "(In millions)"
+    """
+    found = [m for m in _UNIT.finditer(text, max(0, start - _UNIT_BACK_CHARS), start)
+             if re.search(r"\bin\b|^\(|[$€£¥₹]", m.group(), re.IGNORECASE)]  # "millions of users" is no unit
+    return " ".join(found[-1].group().split()) if found else ""
+
+
 def row_text(heading: str, label: str, figures: list[str], years: list[str]) -> str:
     """A table row as it reads: its heading, its label, each figure under its column head.
 

@@ -41,6 +41,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 import calc
+import cells
 import checker
 import config
 import context
@@ -176,22 +177,42 @@ def format_source(number: int, hit: Hit) -> str:
     )
 
 
-def build_messages(question: str, sources: list[Hit], history: list[tuple[str, str]]) -> list[BaseMessage]:
-    messages: list[BaseMessage] = [SystemMessage(prompts.ANSWER_SYSTEM)]
+def format_lines(lines: list[Hit]) -> str:
+    """The evidence lines as the model reads them, numbered [L1].. in the order shown, each document's name
+    once above its lines; everything from the documents fenced (``fence_text``)."""
+    blocks, document, read = [], None, {line.text for line in lines}
+    for number, line in enumerate(lines, 1):
+        if line.doc_name != document:
+            document = line.doc_name
+            blocks.append(prompts.LINES_DOCUMENT.format(doc_name=fence_text(document)))
+        before = line.trace.get("before", "")
+        template = prompts.LINE_AFTER if before and before not in read else prompts.LINE
+        blocks.append(template.format(number=number, page=line.page, before=fence_text(before), text=fence_text(line.text)))
+    return "\n".join(blocks)
+
+
+def build_messages(question: str, sources: list[Hit], history: list[tuple[str, str]], as_lines: bool = False) -> list[BaseMessage]:
+    """The chat to send: the rules, the recent history, then the sources and the question. ``as_lines``:
+    the sources are evidence lines (``format_lines``), else numbered passages (``format_source``)."""
+    messages: list[BaseMessage] = [SystemMessage(prompts.LINES_SYSTEM if as_lines else prompts.ANSWER_SYSTEM)]
     for role, text in history[-2 * config.HISTORY_TURNS :]:
         messages.append(HumanMessage(text) if role == "user" else AIMessage(strip_markers(text)))
-    sources_text = "\n\n".join(format_source(i, hit) for i, hit in enumerate(sources, 1))
     shape = prompts.ANSWER_SHAPES[answer_shape(question)]
     if notes := domains.prompt_notes(question):
         shape += "\n" + "\n".join(prompts.FORMULA.format(formula=note) for note in notes)
     if (language := question_language(question)) != "en":  # Rule: the answer is in the question's language
         shape += "\n" + prompts.ANSWER_LANGUAGE.format(language=language_name(language))
-    messages.append(HumanMessage(prompts.ANSWER_USER.format(sources=sources_text, question=question, shape=shape)))
+    if as_lines:
+        messages.append(HumanMessage(prompts.LINES_USER.format(lines=format_lines(sources), question=question, shape=shape)))
+    else:
+        sources_text = "\n\n".join(format_source(i, hit) for i, hit in enumerate(sources, 1))
+        messages.append(HumanMessage(prompts.ANSWER_USER.format(sources=sources_text, question=question, shape=shape)))
     return messages
 
 
 def fit_sources(
-    question: str, hits: list[Hit], history: list[tuple[str, str]], count_tokens, n_ctx: int, reserve: int
+    question: str, hits: list[Hit], history: list[tuple[str, str]], count_tokens, n_ctx: int, reserve: int,
+    as_lines: bool = False,
 ) -> list[Hit]:
     """The best-ranked ``hits`` whose prompt fits in ``n_ctx`` tokens with ``reserve`` left for the answer.
 
@@ -199,7 +220,7 @@ def fit_sources(
     """
     kept = list(hits)
     while kept:
-        prompt_tokens = sum(count_tokens(m.content) + 4 for m in build_messages(question, kept, history))
+        prompt_tokens = sum(count_tokens(m.content) + 4 for m in build_messages(question, kept, history, as_lines))
         if prompt_tokens + reserve <= n_ctx:
             return kept
         dropped = kept.pop()
@@ -242,12 +263,14 @@ class Answer:
     sources: list[Hit] = field(default_factory=list)  # what the model was shown, [1] first
     refused: bool = False
     rewritten_query: str | None = None
+    nothing_found: bool = False  # nothing in the library is close to the question: the lines are only the nearest
     confidence: float | None = None  # supported sentences / sentences that could be judged
     seconds: float = 0.0
     first_token_seconds: float | None = None
     evidence: list[Hit] = field(default_factory=list)  # the lines that answer, best first (evidence.py)
     evidence_seconds: float | None = None  # question in, evidence lines ready
     model: str | None = None  # the chat model that wrote the text; None when none did (fixed replies, worked out in code)
+    prompt_tokens: int | None = None  # the prompt the model read, in its tokens
 
     @property
     def citations(self) -> list[Citation]:
@@ -314,6 +337,11 @@ def _fixed(answer: Answer, text: str) -> AnswerStream:
     return AnswerStream(iter([text]), finish, answer.evidence)
 
 
+def lines_read_beyond_shown() -> int:
+    """How many evidence lines the model reads beyond those shown first (none when it reads passages)."""
+    return max(0, config.ANSWER_LINES - config.EVIDENCE_LINES) if config.ANSWER_CONTEXT == "lines" else 0
+
+
 def ask(
     question: str,
     retriever: Retriever,
@@ -355,17 +383,18 @@ def ask(
         stage("Searching your documents…")
         hits = retriever.search(parsed, k=k, scope=scope)
         pages = retriever.load_pages(hits)
-        answer.evidence = evidence.best_lines(parsed, pages, retriever)
+        answer.evidence = evidence.best_lines(parsed, pages, retriever, more=lines_read_beyond_shown())
         answer.evidence_seconds = time.perf_counter() - t0
         log.info("Evidence: %d lines after %.2fs", len(answer.evidence), answer.evidence_seconds)
         # Rule: when nothing found is close to the question, say so without asking the model.
         best = max((h.trace.get("semantic_score", 0.0) for h in hits), default=0.0)
         if not hits or best < config.REFUSAL_MIN_SIMILARITY:
             log.info("Refused without the LLM: best similarity %.3f < %.3f", best, config.REFUSAL_MIN_SIMILARITY)
-            answer.refused, answer.sources = True, hits
+            answer.refused, answer.nothing_found, answer.sources = True, True, hits
             return _fixed(answer, prompts.NOT_FOUND)
     else:
-        answer.evidence = evidence.best_lines(parsed, retriever.load_pages(passages), retriever)
+        pages = retriever.load_pages(passages)
+        answer.evidence = evidence.best_lines(parsed, pages, retriever, more=lines_read_beyond_shown())
 
     def finish(text: str) -> Answer:
         stage("Checking the citations…")
@@ -382,16 +411,28 @@ def ask(
             log.info("Worked out from pages %s, no model call", [h.page for h in answer.sources])
             stage("Working it out from the documents' own figures…")
             return AnswerStream(iter([text]), finish, answer.evidence)
+        if cell := cells.named_cell(parsed.query, answer.evidence):
+            text, answer.sources = cells.cell_answer(cell), answer.evidence
+            log.info("Read in code: the cell %r of the row on p.%d, no model call", cell.column, cell.line.page)
+            return AnswerStream(iter([text]), finish, answer.evidence)
+    as_lines = config.ANSWER_CONTEXT == "lines" and bool(answer.evidence)
+    if as_lines:
+        passages = answer.evidence
+    elif passages is None:
         passages = context.choose_context(query, pages)
-    sources = fit_sources(asked, passages, history, lambda text: models.count_tokens(llm, text), models.context_length(llm), config.LLM_MAX_TOKENS)
+    sources = fit_sources(asked, passages, history, lambda text: models.count_tokens(llm, text), models.context_length(llm),
+                          config.LLM_MAX_TOKENS, as_lines)
     answer.sources = sources
-    stage(f"Reading {len(sources)} passage{'s' if len(sources) != 1 else ''}…")
+    what = "line" if as_lines else "passage"
+    stage(f"Reading {len(sources)} {what}{'s' if len(sources) != 1 else ''}…")
 
     def model_pieces(shown: list[Hit]) -> Iterator[str]:
         answer.model = models.chat_model_label(llm)
         try:
             text = ""
-            for chunk in llm.stream(build_messages(asked, shown, history)):
+            messages = build_messages(asked, shown, history, as_lines)
+            answer.prompt_tokens = sum(models.count_tokens(llm, m.content) + 4 for m in messages)
+            for chunk in llm.stream(messages):
                 if not chunk.content:  # servers open and close a stream with empty chunks
                     continue
                 if answer.first_token_seconds is None:

@@ -48,7 +48,7 @@ _TABLE_RULE = re.compile(r"^\s*\|(\s*:?-{3,}:?\s*\|)+\s*$")
 # The spacing around the slash is one run when there is no slash ("/" is optional inside the group, not
 # between two runs that could split the same spaces): "<" then 20,000 spaces is read once, not 20,000 times.
 _FENCE_SPACE = r"[\s\u200b-\u200f\u2060\ufeff]*"
-_FENCE_OPENER = re.compile(rf"(?:<|＜|﹤|&lt;?|&#0*60;?|&#x0*3c;?)(?={_FENCE_SPACE}(?:/{_FENCE_SPACE})?(?:source|page)\b)", re.I)
+_FENCE_OPENER = re.compile(rf"(?:<|＜|﹤|&lt;?|&#0*60;?|&#x0*3c;?)(?={_FENCE_SPACE}(?:/{_FENCE_SPACE})?(?:source|page|lines)\b)", re.I)
 
 
 def md(text: str) -> str:

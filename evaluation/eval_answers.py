@@ -109,7 +109,7 @@ def is_correct(question: dict, answer_text: str, refused: bool) -> bool:
     if not question["pages"]:
         return refused
     # A worked-out result is the answer, not the figures it came from; a marker "[6]" is not the figure 6.
-    said = normalise(calc.result_of(answer_text) or re.sub(r"\[\d+\]", " ", answer_text))
+    said = normalise(calc.result_of(answer_text) or re.sub(r"\[L?\d+\]", " ", answer_text))
     return not refused and all(item_found(item, said) for item in gold_items(question["answer"]))
 
 

@@ -1,0 +1,119 @@
+"""Read a table's cell in code when the question names its row and its column: no model reads it.
+
+    the question ("What were total current assets in 2019?") and the evidence lines (evidence.py), each
+    table row read with its heads ("Balance Sheets · Total current assets · 2019: 16,525 · 2018: 15,134")
+      -> a lookup?       a question that asks for something done to a value (a change, a sum, a yes or no)
+                         is not a cell; nor one with a word that neither the row, its column, its table
+                         nor its document accounts for ("... of the Asia segment")
+      -> the row         the rows whose label's words all stand in the question; the one naming most of them
+      -> the column      of that row's cells, the one whose head the question names, and only one
+      -> Cell(line, number, column, value): "Total current assets, 2019: 16,525 · (In millions) [L1]."
+
+The small model reads a row badly (a cost-of-sales line for total cost of revenue, a figure in thousands
+given as millions); the product reads it instead, and the row is the cited line, so the answer's ✓ is
+the row that says it. Any table, not only a company's statements: a row is a label and its cells.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import calc
+from retriever import Hit
+from text_utils import YEAR_TOKEN, YEAR_WORDED, tokenize, years_in, years_named
+
+# Rule: words that ask for a value without naming one ("what was the amount reported at the end of ...").
+LOOKUP_WORDS = frozenset("amount amounts value values figure figures number reported report end ending ended year years "
+                         "period as total company company's firm its much many".split())
+# Rule: a question that asks whether, or for a value's change, share or standing, asks more than one cell.
+_ASKS_MORE = re.compile(r"^\s*(?:is|are|was|were|did|does|do|has|have|had|can|will|should)\b|"
+                        r"\b(?:change|changed|growth|grow|grew|increase|decrease|rise|rose|fall|fell|decline|differ|difference|"
+                        r"compare|compared|versus|vs|ratio|share|percent|percentage|proportion|average|per|each|trend|why|how)\b",
+                        re.IGNORECASE)
+_CELL = re.compile(r"^(?P<head>[^:]{1,40}):\s(?P<value>.+)$")
+
+
+@dataclass
+class Cell:
+    line: Hit  # the row, as the evidence shows it
+    number: int  # its place among the lines the answer cites ([L1] is 1)
+    label: str
+    column: str
+    value: str
+    unit: str = ""
+
+
+def row_cells(line: Hit) -> tuple[str, list[tuple[str, str]], str]:
+    """A row line's label, its (column head, value) cells and its unit, as evidence.py wrote them.
+
+    row_cells(Hit(text="Balance · Cash · 2019: 5 · 2018: 6 · (In millions)", trace={"label": "Cash"}, ...))
+      -> ("Cash", [("2019", "5"), ("2018", "6")], "(In millions)")
+    """
+    label = line.trace.get("label", "")
+    parts = line.text.split(" · ")
+    after = parts[parts.index(label) + 1 :] if label in parts else []
+    cells = [(match["head"].strip(), match["value"].strip()) for part in after if (match := _CELL.match(part))]
+    unit = after[-1] if cells and not _CELL.match(after[-1]) else ""  # evidence.py adds the table's unit last
+    return label, cells, unit
+
+
+def _words(text: str) -> set[str]:
+    """Lower-cased content words, a plural's "s" dropped, so "assets" names "Asset"."""
+    return {w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else w for w in tokenize(text)}
+
+
+def names_column(head: str, asked: set[str], years: set[str]) -> bool:
+    """Does the question name this column head? A head with a year is named by that year ("December 31,
+    2019" by "2019"); any other by all its words ("Europe", "Q3").
+
+    names_column("December 31, 2019", set(), {"2019"}) -> True; names_column("2018", {"2019"}, {"2019"}) -> False
+    """
+    head_years = years_in(head)
+    if head_years:
+        return bool(head_years & years)
+    return bool(_words(head)) and _words(head) <= asked
+
+
+def is_lookup(question: str) -> bool:
+    """Rule: only a question asking for one value as printed is answered by a cell.
+    is_lookup("What were total current assets in 2019?") -> True; is_lookup("How did sales change in 2019?") -> False"""
+    return not _ASKS_MORE.search(question) and not calc.asks_calculation(question)
+
+
+def named_cell(question: str, lines: list[Hit]) -> Cell | None:
+    """The one cell of the evidence rows that ``question`` names by its row and its column; None when the
+    question asks more than a lookup, names no row, no column, two of them, or something else besides."""
+    if not is_lookup(question):
+        return None
+    asked, years = _words(YEAR_WORDED.sub(" ", question)), set(years_named(question))  # "FY2019" names a year, no word
+    found: list[tuple[int, Cell]] = []  # (label words named, cell)
+    for number, line in enumerate(lines, 1):
+        label, cells, unit = row_cells(line)
+        label_words = _words(label)
+        if line.trace.get("kind") != "row" or not label_words or not label_words <= asked:
+            continue
+        named = [(head, value) for head, value in cells if names_column(head, asked, years)]
+        if len(named) != 1:
+            continue
+        head, value = named[0]
+        parts = line.text.split(" · ")
+        heading = " ".join(parts[: parts.index(label)]) if label in parts else ""
+        accounted = label_words | _words(head) | _words(heading) | _words(unit) | LOOKUP_WORDS | years
+        document = re.sub(r"[^a-z]", "", line.doc_name.lower())
+        if any(word not in accounted and word not in document and not YEAR_TOKEN.match(word) for word in asked):
+            continue  # Rule: a word of the question that neither the cell nor its table nor its document accounts for asks something else
+        found.append((len(label_words), Cell(line, number, label, head, value, unit)))
+    if not found:
+        return None
+    most = max(size for size, _ in found)
+    best = [cell for size, cell in found if size == most]
+    if len({(cell.label.lower(), cell.value) for cell in best}) > 1:
+        return None  # two rows fit as well: which one is meant is not ours to guess
+    return best[0]
+
+
+def cell_answer(cell: Cell) -> str:
+    """The answer a cell gives, its row cited: "Total current assets, 2019: 16,525 (In millions) [L1]." """
+    unit = f" {cell.unit}" if cell.unit else ""
+    return f"{cell.label}, {cell.column}: {cell.value}{unit} [L{cell.number}]."
