@@ -656,17 +656,9 @@ def line_json(line: Hit) -> dict:
 
 
 def citation_json(answer: qa.Answer, citation: Citation) -> dict:
-    """A citation with the passage the model was shown for that page (None if it was not shown one)."""
-    hit = next((h for h in answer.sources if (h.collection, h.page) == (citation.collection, citation.page)), None)
-    return {
-        "document_id": citation.collection,
-        "doc": citation.doc_name,
-        "page": citation.page,
-        "verified": citation.verified,
-        "inferred": citation.inferred,
-        "passage": hit.text if hit else None,
-        "passage_id": hit.id if hit else None,
-    }
+    """A citation with the line (or passage) the model read as its number: its text, span and id."""
+    hit = answer.cited(citation)
+    return {**qa.citation_json(citation, hit), "document_id": citation.collection, "passage": hit.text, "passage_id": hit.id}
 
 
 def answer_json(answer: qa.Answer, model_id: str | None = None) -> dict:

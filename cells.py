@@ -18,20 +18,24 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import calc
-from retriever import Hit
-from text_utils import YEAR_TOKEN, YEAR_WORDED, tokenize, years_in, years_named
+from pages import row_cells, unit_above
+from text_utils import POSSESSIVE, YEAR_TOKEN, YEAR_WORDED, tokenize, years_in, years_named
+
+if TYPE_CHECKING:
+    from retriever import Hit
 
 # Rule: words that ask for a value without naming one ("what was the amount reported at the end of ...").
 LOOKUP_WORDS = frozenset("amount amounts value values figure figures number reported report end ending ended year years "
                          "period as total company company's firm its much many".split())
-# Rule: a question that asks whether, or for a value's change, share or standing, asks more than one cell.
+# Rule: a question that asks whether, why, or for a value's change or average asks more than one printed cell
+# (a printed "ratio" or "share" row is a cell like any other).
 _ASKS_MORE = re.compile(r"^\s*(?:is|are|was|were|did|does|do|has|have|had|can|will|should)\b|"
                         r"\b(?:change|changed|growth|grow|grew|increase|decrease|rise|rose|fall|fell|decline|differ|difference|"
-                        r"compare|compared|versus|vs|ratio|share|percent|percentage|proportion|average|per|each|trend|why|how)\b",
+                        r"compare|compared|versus|vs|average|trend|why)\b",
                         re.IGNORECASE)
-_CELL = re.compile(r"^(?P<head>[^:]{1,40}):\s(?P<value>.+)$")
 
 
 @dataclass
@@ -44,22 +48,25 @@ class Cell:
     unit: str = ""
 
 
-def row_cells(line: Hit) -> tuple[str, list[tuple[str, str]], str]:
+def row_parts(line: Hit) -> tuple[str, list[tuple[str, str]], str]:
     """A row line's label, its (column head, value) cells and its unit, as evidence.py wrote them.
 
-    row_cells(Hit(text="Balance · Cash · 2019: 5 · 2018: 6 · (In millions)", trace={"label": "Cash"}, ...))
+    row_parts(Hit(text="Balance · Cash · 2019: 5 · 2018: 6 · (In millions)", trace={"label": "Cash"}, ...))
       -> ("Cash", [("2019", "5"), ("2018", "6")], "(In millions)")
     """
     label = line.trace.get("label", "")
     parts = line.text.split(" · ")
-    after = parts[parts.index(label) + 1 :] if label in parts else []
-    cells = [(match["head"].strip(), match["value"].strip()) for part in after if (match := _CELL.match(part))]
-    unit = after[-1] if cells and not _CELL.match(after[-1]) else ""  # evidence.py adds the table's unit last
+    after = " · ".join(parts[parts.index(label) + 1 :]) if label in parts else ""
+    cells = row_cells(after)
+    heading = " · ".join(parts[: parts.index(label)]) if label in parts else ""
+    # evidence.py adds the table's unit last, unless its heading says it already
+    unit = after.split(" · ")[-1] if cells and not row_cells(after.split(" · ")[-1]) else unit_above(heading, len(heading))
     return label, cells, unit
 
 
-def _words(text: str) -> set[str]:
+def words_of(text: str) -> set[str]:
     """Lower-cased content words, a plural's "s" dropped, so "assets" names "Asset"."""
+    text = re.sub(POSSESSIVE + r"\b", "", text)  # "ACME's" is ACME
     return {w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else w for w in tokenize(text)}
 
 
@@ -72,7 +79,7 @@ def names_column(head: str, asked: set[str], years: set[str]) -> bool:
     head_years = years_in(head)
     if head_years:
         return bool(head_years & years)
-    return bool(_words(head)) and _words(head) <= asked
+    return bool(words_of(head)) and words_of(head) <= asked
 
 
 def is_lookup(question: str) -> bool:
@@ -86,11 +93,11 @@ def named_cell(question: str, lines: list[Hit]) -> Cell | None:
     question asks more than a lookup, names no row, no column, two of them, or something else besides."""
     if not is_lookup(question):
         return None
-    asked, years = _words(YEAR_WORDED.sub(" ", question)), set(years_named(question))  # "FY2019" names a year, no word
+    asked, years = words_of(YEAR_WORDED.sub(" ", question)), set(years_named(question))  # "FY2019" names a year, no word
     found: list[tuple[int, Cell]] = []  # (label words named, cell)
     for number, line in enumerate(lines, 1):
-        label, cells, unit = row_cells(line)
-        label_words = _words(label)
+        label, cells, unit = row_parts(line)
+        label_words = words_of(label)
         if line.trace.get("kind") != "row" or not label_words or not label_words <= asked:
             continue
         named = [(head, value) for head, value in cells if names_column(head, asked, years)]
@@ -99,7 +106,7 @@ def named_cell(question: str, lines: list[Hit]) -> Cell | None:
         head, value = named[0]
         parts = line.text.split(" · ")
         heading = " ".join(parts[: parts.index(label)]) if label in parts else ""
-        accounted = label_words | _words(head) | _words(heading) | _words(unit) | LOOKUP_WORDS | years
+        accounted = label_words | words_of(head) | words_of(heading) | words_of(unit) | LOOKUP_WORDS | years
         document = re.sub(r"[^a-z]", "", line.doc_name.lower())
         if any(word not in accounted and word not in document and not YEAR_TOKEN.match(word) for word in asked):
             continue  # Rule: a word of the question that neither the cell nor its table nor its document accounts for asks something else

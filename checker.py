@@ -52,8 +52,10 @@ from typing import TYPE_CHECKING
 
 
 import calc
+import cells as cells_module
 import config
 import rules
+from pages import row_cells
 from text_utils import (FIGURES_LINE, NAME_RUN, WRITTEN_WORD, YEAR_SPAN, YEAR_TOKEN, one_year_spans, is_table_row, months_in,
                         numbers_in, sentence_spans, table_cells, tokenize, without_possessive, years_in)
 
@@ -81,6 +83,11 @@ rules.register("two_sided_row", "a row that adds two things backs neither of the
                _TEST + "test_rule_a_row_adding_two_things_does_not_back_one_of_them", forbids=True)
 rules.register("lookup_key_row", 'a lookup ("error 88", "code AR01") is answered from the row of its key',
                _TEST + "test_rule_a_lookup_is_answered_from_the_row_of_its_key", forbids=True)
+# what a line read as a table row must hold (the model reads evidence lines, qa.py)
+rules.register("row_column", "a row's figure backs a sentence only under a column the sentence (or its question) names",
+               _TEST + "test_rule_a_rows_figure_backs_only_under_the_column_named", forbids=True)
+rules.register("row_named", "a figure is backed by the row the sentence names, not by a row whose label it names less of",
+               _TEST + "test_rule_a_figure_is_backed_by_the_row_the_sentence_names", forbids=True)
 rules.register("denial", "a denial needs a passage that denies", _TEST + "test_rule_a_denial_needs_a_passage_that_denies", forbids=True)
 rules.register("quotation", "a quotation must stand in its passage word for word",
                _TEST + "test_rule_a_quotation_must_stand_in_the_passage_word_for_word", forbids=True)
@@ -766,6 +773,46 @@ def strangers(question: str, sources: list[Hit]) -> set[str]:
     return {n for n in named if n.isalpha() and len(n) > 2} - held
 
 
+@rules.switch("row_column", stand_in=False)
+def in_unnamed_column(claim: str, passage: str, question: str) -> bool:
+    """Rule: a row's figure backs a sentence only under a column the sentence (or its question) names.
+    Does ``claim`` state a figure of the row ``passage`` only from a column it does not name? Columns are
+    the row's heads ("2019: 16,525"); named by the claim, else by the question; naming none, any will do.
+
+    in_unnamed_column("Assets were 16,525 in 2018.", "Assets · 2019: 16,525 · 2018: 15,134", "") -> True
+    """
+    cells = row_cells(passage)
+    if len(cells) < 2:
+        return False
+    named = [value for head, value in cells if cells_module.names_column(head, cells_module.words_of(claim), years_in(claim))]
+    if not named:
+        asked = cells_module.words_of(question)
+        named = [value for head, value in cells if cells_module.names_column(head, asked, years_in(question))]
+    if not named:
+        return False
+    in_named = {n for value in named for n in numbers_in(value)}
+    in_row = {n for _, value in cells for n in numbers_in(value)}
+    return any(figure in in_row and figure not in in_named for figure in numbers_in(claim) - years_in(claim))
+
+
+@rules.switch("row_named", stand_in=frozenset())
+def rows_named_less(claim: str, question: str, sources: list[Hit]) -> frozenset[int]:
+    """Rule: a figure is backed by the row the sentence names, not by a row whose label it names less of.
+    The indices of the row ``sources`` (evidence lines with a ``label``) whose label the sentence names
+    while it names another row's longer label ("total current assets" names "Total assets" too). A
+    sentence naming no row is read with its question's words."""
+    if not numbers_in(claim) - years_in(claim):
+        return frozenset()
+    labels = {i: cells_module.words_of(hit.trace.get("label", "")) for i, hit in enumerate(sources) if hit.trace.get("kind") == "row"}
+    said = cells_module.words_of(claim)
+    named = {i: len(words) for i, words in labels.items() if words and words <= said}
+    if not named:
+        said = said | cells_module.words_of(question)
+        named = {i: len(words) for i, words in labels.items() if words and words <= said}
+    most = max(named.values(), default=0)
+    return frozenset(i for i, size in named.items() if size < most)
+
+
 def support_scores(sentence: str, sources: list[Hit], question: str = "", unknown: set[str] = frozenset()) -> list[float]:
     """How well each source supports a sentence: its word overlap divided by SUPPORT_MIN_OVERLAP, so >= 1
     means supported (1 for a restated question with its answer beside what was asked); 0 when the sentence
@@ -780,8 +827,9 @@ def support_scores(sentence: str, sources: list[Hit], question: str = "", unknow
     plain = " ".join(w for w in WRITTEN_WORD.findall(question) if without_possessive(w.lower()) not in names_in(question))
     subject = (set(tokenize(question)) - set(tokenize(plain.lower()))) | years_in(question)
     scores = []
-    for hit in sources:
-        if unbacked_detail(claim, hit.text, question):
+    less_named = rows_named_less(claim, question, sources)
+    for i, hit in enumerate(sources):
+        if i in less_named or unbacked_detail(claim, hit.text, question) or in_unnamed_column(claim, hit.text, question):
             scores.append(0.0)
             continue
         passage_words = set(tokenize(hit.text))

@@ -86,6 +86,7 @@ def best_lines(question: str | ParsedQuestion, pages: list[Page], retriever: Ret
     quotas = page_quotas(n + more, max_pages)
     candidates: list[tuple[Hit, Line, int, Page]] = []  # the lines of the pages that show some, with their page's rank
     shown_pages: list[tuple[int, int]] = []  # (page rank, lines it shows)
+    said: set[str] = set()
     for rank, page in enumerate(pages[:max_pages], 1):
         if len(shown_pages) == len(quotas):
             break
@@ -93,7 +94,8 @@ def best_lines(question: str | ParsedQuestion, pages: list[Page], retriever: Ret
                  if line.kind != "heading" and len(line.text) >= config.EVIDENCE_MIN_CHARS]
         if lines:  # a page with nothing to show passes its share on to the next
             shown_pages.append((rank, quotas[len(shown_pages)]))
-            candidates += [(replace(page.hit, start=line.start, end=line.end, text=line.text), line, rank, page) for line in lines]
+            candidates += [(replace(page.hit, start=line.start, end=line.end, text=line.text), line, rank, page) for line in lines
+                           if line.text not in said and not said.add(line.text)]  # a line printed twice is read once
     if not candidates:
         return []
     texts = [hit.text for hit, *_ in candidates]

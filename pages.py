@@ -152,7 +152,8 @@ def page_lines(text: str) -> list[Line]:
             # a short line that ends no sentence stands alone: a heading (or a table's title)
             paragraph.clear()
             lines.append(Line(s, e, "heading", _joined(cell)))
-            heading = _joined(cell)
+            # a unit line under a table's title ("(in thousands)") adds to that title rather than replacing it
+            heading = f"{heading} {_joined(cell)}" if heading and _UNIT.fullmatch(_joined(cell)) else _joined(cell)
         elif ends_sentence and len(cell) <= _HEADING_MAX_CHARS:  # a paragraph's short last line: the next starts anew
             flush_paragraph()
         i += 1
@@ -187,6 +188,17 @@ def row_text(heading: str, label: str, figures: list[str], years: list[str]) -> 
     else:
         cells = figures
     return " · ".join(([heading] if heading else []) + [label] + cells)
+
+
+_READ_CELL = re.compile(r"^(?P<head>[^:]{1,40}):\s(?P<value>.+)$")
+
+
+def row_cells(text: str) -> list[tuple[str, str]]:
+    """The (column head, value) cells of a line read as a row, as ``row_text`` writes them ([] for prose).
+
+    row_cells("Cash Flows · Capex · 2018: (1,577) · 2017: (1,373)") -> [("2018", "(1,577)"), ("2017", "(1,373)")]
+    """
+    return [(m["head"].strip(), m["value"].strip()) for part in text.split(" · ") if (m := _READ_CELL.match(part))]
 
 
 def _markdown_row_text(text: str, physical: list[tuple[int, int]], i: int, heading: str) -> str:

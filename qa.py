@@ -274,19 +274,22 @@ class Answer:
 
     @property
     def citations(self) -> list[Citation]:
-        """Every distinct (doc, page) cited, verified ones first."""
-        seen: dict[tuple[str, int], Citation] = {}
+        """Every distinct source cited (a line, or a page's passage), verified ones first."""
+        seen: dict[int, Citation] = {}
         for sentence in self.sentences:
             for c in sentence.citations:
-                key = (c.collection, c.page)
-                if key not in seen or (c.verified and not seen[key].verified):
-                    seen[key] = c
+                if c.number not in seen or (c.verified and not seen[c.number].verified):
+                    seen[c.number] = c
         return sorted(seen.values(), key=lambda c: not c.verified)
+
+    def cited(self, citation: Citation) -> Hit:
+        """The source a citation names: the line (or passage) the model read as [n]."""
+        return self.sources[citation.number - 1]
 
     def to_json(self) -> dict:
         return {
             "answer": self.text,
-            "citations": [{"doc": c.doc_name, "page": c.page, "verified": c.verified, "inferred": c.inferred} for c in self.citations],
+            "citations": [citation_json(c, self.cited(c)) for c in self.citations],
             "confidence": self.confidence,
             "refused": self.refused,
             "rewritten_query": self.rewritten_query,
@@ -296,6 +299,13 @@ class Answer:
             "evidence": evidence_json(self.evidence),
             "model": self.model,
         }
+
+
+def citation_json(citation: Citation, source: Hit) -> dict:
+    """A citation as the API returns it: the document and page, whether the cited line backs the sentence,
+    and that line's text and its span [start, end) in the page text (what a viewer highlights)."""
+    return {"doc": citation.doc_name, "page": citation.page, "verified": citation.verified, "inferred": citation.inferred,
+            "number": citation.number, "text": source.text, "start": source.start, "end": source.end}
 
 
 def evidence_json(lines: list[Hit]) -> list[dict]:
@@ -415,7 +425,7 @@ def ask(
             text, answer.sources = cells.cell_answer(cell), answer.evidence
             log.info("Read in code: the cell %r of the row on p.%d, no model call", cell.column, cell.line.page)
             return AnswerStream(iter([text]), finish, answer.evidence)
-    as_lines = config.ANSWER_CONTEXT == "lines" and bool(answer.evidence)
+    as_lines = passages is None and config.ANSWER_CONTEXT == "lines" and bool(answer.evidence)  # passages given are read as given
     if as_lines:
         passages = answer.evidence
     elif passages is None:

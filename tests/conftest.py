@@ -211,6 +211,15 @@ def ollama_server(monkeypatch):
 SERVER_KEY, SERVER_MODEL = "test-key", "qwen-small"
 
 
+@pytest.fixture
+def ollama_chat(ollama_server, monkeypatch):
+    """The app's chat model is the Ollama stand-in (``ollama_server``): set its models, replies and chats."""
+    monkeypatch.setattr(config, "LLM_BACKEND", "ollama")
+    models.forget_chat_models()
+    yield ollama_server
+    models.forget_chat_models()
+
+
 @pytest.fixture(scope="session")
 def llama_server() -> str:
     """Start llama.cpp's OpenAI-compatible server (tests/llama_server.py) once per session; its /v1 URL.

@@ -399,6 +399,36 @@ def test_rule_a_lookup_is_answered_from_the_row_of_its_key():
     assert not checker.beside_another_key("It is Boiler: over-temperature.", errors, "What is error 88?")
 
 
+_CURRENT = Hit("1", "c", "acme.pdf", 5, 0, 9, "Balance Sheets · Total current assets · 2019: 16,525 · 2018: 15,134 · (In millions)",
+               trace={"kind": "row", "label": "Total current assets"})
+_ALL = Hit("2", "c", "acme.pdf", 5, 0, 9, "Balance Sheets · Total assets · 2019: 45,400 · 2018: 40,830 · (In millions)",
+           trace={"kind": "row", "label": "Total assets"})
+
+
+def test_rule_a_rows_figure_backs_only_under_the_column_named():
+    assert checker.in_unnamed_column("Total current assets were 16,525 in 2018.", _CURRENT.text, "")
+    assert not checker.in_unnamed_column("Total current assets were 15,134 in 2018.", _CURRENT.text, "")
+    # the sentence names no column: the question's year picks it
+    assert checker.in_unnamed_column("They were 16,525.", _CURRENT.text, "What were total current assets in 2018?")
+    assert not checker.in_unnamed_column("They were 16,525.", _CURRENT.text, "What were total current assets?")
+
+
+def test_rule_a_figure_is_backed_by_the_row_the_sentence_names():
+    assert checker.rows_named_less("Total current assets were 45,400.", "", [_CURRENT, _ALL]) == {1}
+    assert checker.rows_named_less("Total assets were 45,400.", "", [_CURRENT, _ALL]) == set()
+    assert checker.rows_named_less("They were 45,400.", "What were total current assets?", [_CURRENT, _ALL]) == {1}
+
+
+def test_a_sentence_with_a_figure_no_cited_line_holds_gets_no_check():
+    question = "What were total current assets in 2019?"
+    [wrong_column] = checker.verify_answer("Total current assets in 2019 were 15,134 million [L1].", [_CURRENT, _ALL], question)
+    [wrong_row] = checker.verify_answer("Total current assets in 2019 were 45,400 million [L2].", [_CURRENT, _ALL], question)
+    [invented] = checker.verify_answer("Total current assets in 2019 were 17,000 million [L1].", [_CURRENT, _ALL], question)
+    [right] = checker.verify_answer("Total current assets in 2019 were 16,525 million [L1].", [_CURRENT, _ALL], question)
+    assert not (wrong_column.supported or wrong_row.supported or invented.supported)
+    assert right.supported and [(c.number, c.verified) for c in right.citations] == [(1, True)]
+
+
 def test_rule_a_figure_of_one_year_span_does_not_back_another():
     assert checker.in_another_year_span("98", "In 2002-03 the dividend was 98", "2002-03\n12\n2003-04\n98")
     assert not checker.in_another_year_span("98", "In 2003-04 the dividend was 98", "2002-03\n12\n2003-04\n98")

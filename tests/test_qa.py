@@ -88,7 +88,7 @@ def test_streaming_yields_text_then_the_checked_result(facts, llm):
     retriever, _ = facts
     stages = []
     stream = qa.ask("Who kept the lighthouse lamp?", retriever, llm=llm, on_stage=stages.append)
-    assert stages == ["Searching your documents…", "Reading 3 passages…"]  # said before the model starts
+    assert stages == ["Searching your documents…", f"Reading {len(stream.evidence)} lines…"]  # said before the model starts
     pieces = list(stream)
     assert len(pieces) >= 2 and stream.result.text == "".join(pieces).strip()
     assert stages[2:] == ["Writing…", "Checking the citations…"]
@@ -226,14 +226,6 @@ def test_cli_prints_json_with_citations(tmp_path, three_page_pdf):
 
 # -----------------------------------------------------------------------------
 # The Ollama route, against the local server in conftest that speaks Ollama's HTTP API
-
-
-@pytest.fixture
-def ollama_chat(ollama_server, monkeypatch):
-    monkeypatch.setattr(config, "LLM_BACKEND", "ollama")
-    models.forget_chat_models()
-    yield ollama_server
-    models.forget_chat_models()
 
 
 def test_ollama_answers_stream_and_get_verified(facts, ollama_chat, monkeypatch):

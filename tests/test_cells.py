@@ -1,0 +1,83 @@
+"""Reading a table's cell in code (cells.py): the row and the column a question names, any table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pymupdf
+
+import cells
+import evidence
+import ingest
+import models
+import qa
+from retriever import Hit, Retriever
+
+CURRENT = Hit("1", "c", "ACME_2019_10K.pdf", 5, 0, 9, "Balance Sheets · Total current assets · 2019: 16,525 · 2018: 15,134 · (In millions)",
+              trace={"kind": "row", "label": "Total current assets"})
+TOTAL = Hit("2", "c", "ACME_2019_10K.pdf", 5, 0, 9, "Balance Sheets · Total assets · 2019: 45,400 · 2018: 40,830 · (In millions)",
+            trace={"kind": "row", "label": "Total assets"})
+
+
+def test_a_row_line_reads_as_its_label_cells_and_unit():
+    assert cells.row_parts(CURRENT) == ("Total current assets", [("2019", "16,525"), ("2018", "15,134")], "(In millions)")
+
+
+def test_the_cell_named_by_row_and_column_is_read_with_its_row_cited():
+    cell = cells.named_cell("What were ACME's total current assets in FY2018?", [TOTAL, CURRENT])
+    assert (cell.label, cell.column, cell.value, cell.number) == ("Total current assets", "2018", "15,134", 2)
+    assert cells.cell_answer(cell) == "Total current assets, 2018: 15,134 (In millions) [L2]."
+    # the row naming more of the question wins over one whose label it also holds
+    assert cells.named_cell("What were total assets in 2019?", [TOTAL, CURRENT]).value == "45,400"
+
+
+def test_rule_a_question_naming_no_column_two_columns_or_more_than_a_lookup_gets_no_cell():
+    for question in ("What were total current assets?",  # no column
+                     "How did total current assets change from 2018 to 2019?",  # two columns, and a change
+                     "Did total current assets exceed 16,000 in 2019?",  # a yes or no
+                     "What were total current assets of the Asia segment in 2019?"):  # a word no cell accounts for
+        assert cells.named_cell(question, [TOTAL, CURRENT]) is None, question
+
+
+def test_a_column_is_named_by_its_year_or_by_all_its_words():
+    assert cells.names_column("December 31, 2019", set(), {"2019"})
+    assert not cells.names_column("2018", {"europe"}, {"2019"})
+    assert cells.names_column("Europe", {"europe", "sales"}, set())
+
+
+def trail_table_pdf(path: Path) -> Path:
+    """A table that is no company statement, one cell per line in the text layer, and a page of prose."""
+    doc = pymupdf.open()
+    page = doc.new_page()
+    page.insert_text((50, 60), "Visitors by trail", fontsize=12)
+    page.insert_text((50, 78), "(in thousands)", fontsize=9)
+    for x, year in zip((330, 410), ("2023", "2022")):
+        page.insert_text((x, 100), year, fontsize=10)
+    for row, (label, figures) in enumerate([("Summit trail", ("14.1", "12.5")), ("Lake loop", ("28.7", "30.2")),
+                                            ("Forest walk", ("9.8", "9.1"))]):
+        for x, text in zip((50, 330, 410), (label, *figures)):
+            page.insert_text((x, 122 + row * 18), text, fontsize=10)
+    doc.new_page().insert_textbox(pymupdf.Rect(50, 50, 545, 800), "The park opened two new car parks. " * 20, fontsize=11)
+    doc.save(path)
+    return path
+
+
+def test_a_named_cell_is_answered_in_code_and_a_question_naming_no_column_goes_to_the_model(
+        store, embedder, ollama_chat, monkeypatch, tmp_path):
+    collection = ingest.ingest_pdf(trail_table_pdf(tmp_path / "park.pdf"), store, embedder).collection
+    retriever = Retriever(store, embedder)
+    monkeypatch.setattr(ollama_chat, "models", ["llama3.2:3b"])
+    monkeypatch.setattr(ollama_chat, "replies", ["The Lake loop had 28.7 thousand visitors in 2023 [L1]."])
+    monkeypatch.setattr(ollama_chat, "chats", [])
+
+    answer = qa.answer_question("How many visitors did the Lake loop have in 2022?", retriever, llm=models.get_chat_model(), scope=[collection])
+    assert answer.text == "Lake loop, 2022: 30.2 (in thousands) [L1]."
+    assert ollama_chat.chats == [] and answer.model is None  # read in code: no model call
+    [citation] = answer.citations
+    assert citation.verified and answer.cited(citation).text.startswith("Visitors by trail (in thousands) · Lake loop")
+
+    question = "How many visitors did the Lake loop have?"  # names the row, not the column
+    lines = evidence.best_lines(question, retriever.load_pages(retriever.search(question, scope=[collection])), retriever)
+    assert any("Lake loop" in line.text for line in lines) and cells.named_cell(question, lines) is None
+    qa.answer_question(question, retriever, llm=models.get_chat_model(), scope=[collection])
+    assert len(ollama_chat.chats) == 1  # the model phrases what the lines say
