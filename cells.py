@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import calc
+import rules
 from pages import row_cells, unit_above
 from text_utils import POSSESSIVE, YEAR_TOKEN, YEAR_WORDED, tokenize, years_in, years_named
 
@@ -88,8 +89,14 @@ def is_lookup(question: str) -> bool:
     return not _ASKS_MORE.search(question) and not calc.asks_calculation(question)
 
 
+rules.register("cell_read_in_code", "a question naming one row and one column of a table is answered by that cell, read in code",
+               "tests/test_cells.py::test_the_cell_named_by_row_and_column_is_read_with_its_row_cited")
+
+
+@rules.switch("cell_read_in_code", stand_in=None)
 def named_cell(question: str, lines: list[Hit]) -> Cell | None:
-    """The one cell of the evidence rows that ``question`` names by its row and its column; None when the
+    """Rule: a question naming one row and one column of a table is answered by that cell, read in code.
+    The one cell of the evidence rows that ``question`` names by its row and its column; None when the
     question asks more than a lookup, names no row, no column, two of them, or something else besides."""
     if not is_lookup(question):
         return None

@@ -50,6 +50,7 @@ judged by today's judge.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import random
@@ -58,6 +59,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -69,6 +71,7 @@ import eval_retrieval
 import ingest
 import models
 import qa
+import rules
 from evaluation.bench import add_model_flags, as_choice, choice_of, model_choices
 from retriever import Hit, Retriever
 
@@ -172,7 +175,27 @@ def summarise(rows: list[dict]) -> dict:
         "median_evidence_seconds": median([r.get("evidence_seconds") for r in rows], 2),
         # older rows wrote 0.0 where the model was never asked: left out as None is
         "median_first_token_seconds": median([r.get("first_token_seconds") or None for r in rows], 1),
+        "median_prompt_tokens": median([r.get("prompt_tokens") for r in rows], 0),
+        "wrong_answerable": share([not r["refused"] and not r["correct"] for r in answerable]),
+        "answer_read_when_refused": share([bool(r["evidence_read"]) for r in answerable if r["refused"] and r.get("evidence_read") is not None]),
+        "read_in_code": share([r.get("written_by") is None and not r["refused"] for r in answerable]),
     }
+
+
+@contextlib.contextmanager
+def asked_with(context: str | None) -> Iterator[None]:
+    """Within the block the model reads ``context`` ("passages": as before issue 47, no cell read in code
+    either; "lines"; None: as configured)."""
+    if context is None:
+        yield
+        return
+    kept = config.ANSWER_CONTEXT
+    config.ANSWER_CONTEXT = context
+    try:
+        with rules.off({"cell_read_in_code"} if context == "passages" else set()):
+            yield
+    finally:
+        config.ANSWER_CONTEXT = kept
 
 
 def median(values: list[float | None], digits: int) -> float | None:
@@ -273,6 +296,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7, help="with --dev: the sample's seed")
     parser.add_argument("--context-only", action="store_true",
                         help="no LLM: page hit and answer-in-context of the best chunks vs the chosen context")
+    parser.add_argument("--contexts", nargs="+", choices=["passages", "lines"],
+                        help="ask each question once per context, in turn (order alternating), in one run: "
+                             "what the model reads (config.ANSWER_CONTEXT); with passages, no cell is read in code either")
     parser.add_argument("--replay", type=Path, nargs="+", help="re-ask the passages stored in these rows with today's prompts")
     parser.add_argument("--in-context", action="store_true",
                         help="with --replay: only unanswerable questions and those whose answer reached the model")
@@ -305,11 +331,17 @@ def main(argv: list[str] | None = None) -> int:
             llm = models.get_chat_model(choice)
             name, label = choice_of(llm), models.chat_model_label(llm)  # "openai:" -> "openai:<the server's model>"
             rows = []
-            for i, q in enumerate(questions, 1):
+            arms = [(q, context) for i, q in enumerate(questions)
+                    for context in (args.contexts[i % len(args.contexts):] + args.contexts[: i % len(args.contexts)]
+                                    if args.contexts else [None])]
+            for i, (q, context) in enumerate(arms, 1):
                 col = collections[q["doc"]]
-                answer = qa.answer_question(q["question"], retriever, llm=llm, scope=[col])
+                with asked_with(context):
+                    answer = qa.answer_question(q["question"], retriever, llm=llm, scope=[col])
                 gold_texts = eval_retrieval.gold_page_texts(q, col, retriever)
+                countable = eval_retrieval.evidence_countable(q, gold_texts)
                 row = {
+                    "context": context or config.ANSWER_CONTEXT,
                     "model": name,
                     "model_label": label,
                     "written_by": answer.model,
@@ -321,8 +353,11 @@ def main(argv: list[str] | None = None) -> int:
                     "answer_in_context": answer_in_context(q, [h.text for h in answer.sources]),
                     "answer_on_gold_pages": answer_in_context(q, gold_texts),
                     # 1/0: a gold evidence line among the lines shown; None: not judged (see the module docstring)
-                    "evidence": int(eval_retrieval.evidence_shown(q, answer.evidence, col, retriever))
-                                if eval_retrieval.evidence_countable(q, gold_texts) else None,
+                    "evidence": int(eval_retrieval.evidence_shown(q, answer.evidence[: config.EVIDENCE_LINES], col, retriever))
+                                if countable else None,
+                    # the same, over all the lines found (the model reads them all when its context is "lines")
+                    "evidence_read": int(eval_retrieval.evidence_shown(q, answer.evidence, col, retriever)) if countable else None,
+                    "prompt_tokens": answer.prompt_tokens,
                     "evidence_lines": [{"page": h.page, "text": h.text} for h in answer.evidence],
                     "answer": answer.text,
                     "refused": answer.refused,
@@ -349,10 +384,12 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(row)
                 out.write(json.dumps(row, ensure_ascii=False) + "\n")
                 out.flush()
-                sys.stderr.write(f"\r{name}: {i}/{len(questions)} answered")
+                sys.stderr.write(f"\r{name}: {i}/{len(arms)} answered")
             sys.stderr.write("\n")
-            results[name] = {"model_label": label, **summarise(rows)}
-            print(name, json.dumps(results[name]))
+            for context in args.contexts or [None]:
+                arm = f"{name} ({context})" if context else name
+                results[arm] = {"model_label": label, **summarise([r for r in rows if not context or r["context"] == context])}
+                print(arm, json.dumps(results[arm]))
             del llm
             models.forget_chat_models()  # the next model is not loaded beside this one
     return 0

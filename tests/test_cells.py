@@ -25,6 +25,7 @@ def test_a_row_line_reads_as_its_label_cells_and_unit():
 
 def test_the_cell_named_by_row_and_column_is_read_with_its_row_cited():
     cell = cells.named_cell("What were ACME's total current assets in FY2018?", [TOTAL, CURRENT])
+    assert cell is not None
     assert (cell.label, cell.column, cell.value, cell.number) == ("Total current assets", "2018", "15,134", 2)
     assert cells.cell_answer(cell) == "Total current assets, 2018: 15,134 (In millions) [L2]."
     # the row naming more of the question wins over one whose label it also holds
