@@ -369,17 +369,26 @@ def answer_store():
     return client, Retriever(client, embedder)
 
 
-def stream_answer(llm, retriever, question: str, first_token_only: bool = False) -> dict:
-    """Ask ``question`` the way qa.ask does (retrieve, fit the sources, stream) minus the citation
-    check, as a question (labelling waits); seconds are counted from the question, as in the app."""
+def stream_answer(llm, retriever, question: str, first_token_only: bool = False, context: str | None = None) -> dict:
+    """Ask ``question`` the way qa.ask does (retrieve, find the lines, fit what the model reads, stream) minus
+    the citation check, as a question (labelling waits); seconds are counted from the question, as in the app.
+    ``context``: what the model reads, "lines" or "passages" (default: config.ANSWER_CONTEXT)."""
+    import context as passage_context
+    import evidence
     import models
     import qa
 
+    as_lines = (context or config.ANSWER_CONTEXT) == "lines"
     with models.QUESTIONS.asking():
         t0 = time.perf_counter()
-        sources = qa.fit_sources(question, retriever.search(question), [], lambda text: models.count_tokens(llm, text),
-                                 models.context_length(llm), config.LLM_MAX_TOKENS)
-        messages = qa.build_messages(question, sources, [])
+        pages = retriever.load_pages(retriever.search(question))
+        if as_lines:
+            read = evidence.best_lines(question, pages, retriever, more=config.ANSWER_LINES - config.EVIDENCE_LINES)
+        else:
+            read = passage_context.choose_context(question, pages)
+        sources = qa.fit_sources(question, read, [], lambda text: models.count_tokens(llm, text),
+                                 models.context_length(llm), config.LLM_MAX_TOKENS, as_lines)
+        messages = qa.build_messages(question, sources, [], as_lines)
         first, text, pieces = None, "", llm.stream(messages)
         for chunk in pieces:
             if not chunk.content:  # a server opens (and closes) its stream with empty chunks: not a token
@@ -393,31 +402,41 @@ def stream_answer(llm, retriever, question: str, first_token_only: bool = False)
     return {"messages": messages, "first_token_s": first - t0, "text": text, "first": first, "end": end, "t0": t0}
 
 
-def time_answers(choice: str, questions: list[str]) -> dict:
-    """Median time to first token, tokens/s and prompt size of one chat model (a choice id, see ``model_choices``).
+def time_answers(choice: str, questions: list[str], contexts: list[str] | None = None) -> list[dict]:
+    """Median time to first token, tokens/s and prompt size of one chat model (a choice id, see ``model_choices``),
+    one row per ``contexts`` (what the model reads: "lines", "passages"), asked in turn question by question so
+    that both meet the same machine; with two, the second row says its first-token ratio to the first.
     Tokens are counted by llama.cpp where the model runs on it, else estimated (``models.count_tokens``)."""
     import statistics
 
     import models
 
     _, retriever = answer_store()
+    contexts = contexts or [config.ANSWER_CONTEXT]
     t = time.perf_counter()
     llm = models.get_chat_model(choice)
     load_s = time.perf_counter() - t  # for a server: asking it for the model, its context length and /tokenize
     count = lambda text: models.count_tokens(llm, text)  # noqa: E731
-    samples = {"prompt_tokens": [], "first_token_s": [], "tokens_per_s": [], "answer_tokens": [], "total_s": []}
-    for question in questions:
-        run = stream_answer(llm, retriever, question)
-        answer_tokens = count(run["text"])
-        samples["prompt_tokens"].append(sum(count(m.content) for m in run["messages"]))
-        samples["first_token_s"].append(run["first_token_s"])
-        samples["tokens_per_s"].append((answer_tokens - 1) / max(run["end"] - run["first"], 1e-9))
-        samples["answer_tokens"].append(answer_tokens)
-        samples["total_s"].append(run["end"] - run["t0"])
-    row = {"model": choice_of(llm), "label": models.chat_model_label(llm), "questions": len(questions), "load_s": round(load_s, 1)}
-    row.update({f"median_{k}": round(statistics.median(v), 1) for k, v in samples.items()})
+    samples = {c: {"prompt_tokens": [], "first_token_s": [], "tokens_per_s": [], "answer_tokens": [], "total_s": []} for c in contexts}
+    for i, question in enumerate(questions):
+        for context in contexts[i % len(contexts):] + contexts[: i % len(contexts)]:  # the order alternates
+            run, kept = stream_answer(llm, retriever, question, context=context), samples[context]
+            answer_tokens = count(run["text"])
+            kept["prompt_tokens"].append(sum(count(m.content) for m in run["messages"]))
+            kept["first_token_s"].append(run["first_token_s"])
+            kept["tokens_per_s"].append((answer_tokens - 1) / max(run["end"] - run["first"], 1e-9))
+            kept["answer_tokens"].append(answer_tokens)
+            kept["total_s"].append(run["end"] - run["t0"])
+    rows = []
+    for context in contexts:
+        row = {"model": choice_of(llm), "label": models.chat_model_label(llm), "context": context, "questions": len(questions),
+               "load_s": round(load_s, 1)}
+        row.update({f"median_{k}": round(statistics.median(v), 1) for k, v in samples[context].items()})
+        if rows:
+            row["first_token_ratio_to_" + rows[0]["context"]] = round(row["median_first_token_s"] / rows[0]["median_first_token_s"], 2)
+        rows.append(row)
     models.forget_chat_models()  # the next model is not loaded beside this one
-    return row
+    return rows
 
 
 LABELLING_PDF = BENCH_PDFS / "05-03-18-political-release.pdf"  # 17 text pages
@@ -974,6 +993,8 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("answer")
     add_model_flags(p, ["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
     p.add_argument("--questions", type=int, default=10, help="how many of input_data's questions to ask")
+    p.add_argument("--contexts", nargs="+", choices=["lines", "passages"],
+                   help="what the model reads, each asked in turn per question (default: ANSWER_CONTEXT)")
     p.add_argument("--while-labelling", action="store_true", help="first token with page labelling idle vs running")
     p.add_argument("--seed", type=int, default=17, help="when, into the labelling, each question arrives")
     p.add_argument("--json", type=Path)
@@ -1041,7 +1062,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.json:
                 args.json.write_text(json.dumps({"answer_while_labelling": rows}, indent=2))
             return 0
-        rows = [time_answers(choice, questions) for choice in choices]
+        rows = [row for choice in choices for row in time_answers(choice, questions, args.contexts)]
         print_table([list(rows[0])] + [list(r.values()) for r in rows])
         if args.json:
             args.json.write_text(json.dumps({"answer": rows}, indent=2))

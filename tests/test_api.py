@@ -270,8 +270,12 @@ def test_ask_answers_as_json_with_a_verified_page_citation_and_the_evidence_line
     answer = api.post("/api/ask", json={"question": QUESTION}).json()
     assert "1889" in answer["answer"] and answer["refused"] is False
     assert (facts_id, 3) in verified_pages(answer), answer
-    cited = next(c for c in answer["citations"] if c["page"] == 3)
+    cited = next(c for c in answer["citations"] if c["page"] == 3 and c["verified"])
     assert cited["doc"] == "facts.pdf" and "railway reached the town in 1889" in cited["passage"]
+    # the cited line itself, and where it stands on its page (what a viewer highlights)
+    assert cited["text"] == cited["passage"] == answer["sources"][cited["number"] - 1]["text"]
+    source = answer["sources"][cited["number"] - 1]
+    assert 0 <= cited["start"] < cited["end"] and (cited["start"], cited["end"]) == (source["start"], source["end"])
     assert answer["confidence"] is not None and answer["rewritten_query"] is None
     assert answer["evidence"] and (facts_id, 3, ANSWER_LINE) in evidence_pages(answer), answer["evidence"]
     assert all(set(e) == {"document_id", "doc", "page", "text", "score"} for e in answer["evidence"])
