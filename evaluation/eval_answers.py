@@ -211,7 +211,8 @@ def median(values: list[float | None], digits: int) -> float | None:
 def rows_hits(row: dict) -> list[Hit]:
     """The passages a stored answer was checked against, rebuilt as Hits ([1] first)."""
     return [Hit(id=str(s["n"]), collection="c", doc_name="doc", page=s["page"], start=0, end=len(s["text"]), text=s["text"],
-                trace={"semantic_score": s["similarity"]} if s.get("similarity") is not None else {})
+                trace={**({"semantic_score": s["similarity"]} if s.get("similarity") is not None else {}),
+                       **{key: s[key] for key in ("kind", "label") if s.get(key)}})  # a line read as a row keeps its label
             for s in row["sources"]]
 
 
@@ -378,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
                     ],
                     # each passage's retrieval similarity, as the app saw it
                     "sources": [{"n": n, "page": h.page, "gold_page": h.collection == col and h.page in q["pages"], "text": h.text,
-                                 "similarity": h.trace.get("semantic_score")}
+                                 "similarity": h.trace.get("semantic_score"), "kind": h.trace.get("kind"), "label": h.trace.get("label")}
                                 for n, h in enumerate(answer.sources, 1)],
                 }
                 rows.append(row)
