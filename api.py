@@ -1189,16 +1189,21 @@ class ChatCompletionRequest(BaseModel):
 def sources_footer(answer: dict) -> str:
     """The citations and evidence lines of an answer_json as text, for a chat client that shows only the message:
 
-    sources_footer({"citations": [{"doc": "a.pdf", "page": 3, "verified": True}],
+    sources_footer({"citations": [{"doc": "a.pdf", "page": 3, "verified": True, "marker": "[1]"}],
                     "evidence": [{"doc": "a.pdf", "page": 3, "text": "It rained."}]})
-      -> '\\n\\nSources:\\n- a.pdf, page 3 (verified)\\n\\nEvidence (lines from the pages found):\\n- a.pdf, page 3: "It rained."'
+      -> '\\n\\nSources:\\n- [1] a.pdf, page 3 (verified)\\n\\nEvidence (lines from the pages found):\\n- a.pdf, page 3: "It rained."'
+
+    Only the lines shown first (EVIDENCE_LINES) are listed; when nothing close was found they are said to be
+    only the nearest.
     """
     footer = ""
     if citations := answer["citations"]:
-        lines = [f"- {c['doc']}, page {c['page']} ({'verified' if c['verified'] else 'not backed by the page'})" for c in citations]
+        lines = [f"- {c['marker']} {c['doc']}, page {c['page']} ({'verified' if c['verified'] else 'not backed by the page'})"
+                 for c in citations]
         footer += "\n\nSources:\n" + "\n".join(lines)
-    if found := answer["evidence"]:
-        footer += "\n\nEvidence (lines from the pages found):\n" + "\n".join(f'- {e["doc"]}, page {e["page"]}: "{e["text"]}"' for e in found)
+    if found := answer["evidence"][: config.EVIDENCE_LINES]:
+        heading = "Nearest lines (none is about the question)" if answer.get("nothing_found") else "Evidence (lines from the pages found)"
+        footer += f"\n\n{heading}:\n" + "\n".join(f'- {e["doc"]}, page {e["page"]}: "{e["text"]}"' for e in found)
     return footer
 
 

@@ -292,6 +292,7 @@ class Answer:
             "citations": [citation_json(c, self.cited(c)) for c in self.citations],
             "confidence": self.confidence,
             "refused": self.refused,
+            "nothing_found": self.nothing_found,  # then the evidence lines are only the nearest, about something else
             "rewritten_query": self.rewritten_query,
             "seconds": round(self.seconds, 2),
             "unsupported_sentences": [s.text for s in self.sentences if s.supported is False],
@@ -305,7 +306,8 @@ def citation_json(citation: Citation, source: Hit) -> dict:
     """A citation as the API returns it: the document and page, whether the cited line backs the sentence,
     and that line's text and its span [start, end) in the page text (what a viewer highlights)."""
     return {"doc": citation.doc_name, "page": citation.page, "verified": citation.verified, "inferred": citation.inferred,
-            "number": citation.number, "text": source.text, "start": source.start, "end": source.end}
+            "number": citation.number, "marker": f"[L{citation.number}]" if source.trace.get("kind") else f"[{citation.number}]",
+            "text": source.text, "start": source.start, "end": source.end}
 
 
 def evidence_json(lines: list[Hit]) -> list[dict]:

@@ -15,6 +15,7 @@ token check and the 409/503 replies; a third, on a ChromaDB server that then sto
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import threading
@@ -349,7 +350,7 @@ def test_the_openai_client_gets_an_answer_with_its_sources_and_evidence_lines(se
     reply = client.chat.completions.create(model="pdf-library", messages=[{"role": "user", "content": QUESTION}])
     assert reply.model == EMBEDDED_ID  # the library's own name: the settings' model answers
     text = reply.choices[0].message.content
-    assert "1889" in text and "Sources:\n- facts.pdf, page 3 (verified)" in text
+    assert "1889" in text and re.search(r"Sources:\n- \[L\d+\] facts.pdf, page 3 \(verified\)", text)
     assert evidence in text and text.index("Sources:") < text.index("Evidence")
     assert (facts_id, 3, ANSWER_LINE) in evidence_pages(reply.model_extra)
     stream = client.chat.completions.create(model="pdf-library", messages=[{"role": "user", "content": QUESTION}], stream=True)
