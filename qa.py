@@ -8,18 +8,22 @@
       -> retriever.search()        top-k pages, each as its best passage
       -> retriever.load_pages()    each of those pages once: text, chunks, lines, sentence spans
       -> evidence.best_lines()     the lines of those pages that answer, ready before any model call
-                                   (``AnswerStream.evidence``): the app shows them at once
-      -> nothing relevant?         fixed "not found" reply and the nearest passages, no LLM call
-      -> worked out in code?       a domain's answer from the pages' own lines (domains.work_out), no LLM
-      -> context.choose_context()  what of those pages the model reads: their best sentences and rows
-      -> number the passages [1]..[k] and fit them in the model's context (lowest-ranked dropped first)
+                                   (``AnswerStream.evidence``): the app shows the first EVIDENCE_LINES at
+                                   once; the model reads all ANSWER_LINES of them
+      -> nothing relevant?         fixed "not found" reply, no LLM call; the lines are only the nearest
+      -> worked out in code?       a domain's answer from the pages' own lines (domains.answer_in_code), or
+                                   the table cell the question names by row and column (cells.py): no LLM
+      -> what the model reads      the lines, numbered [L1]..[Ln] as shown (ANSWER_CONTEXT=lines), or the
+                                   pages' best sentences and rows as passages [1]..[k] (context.py);
+                                   fitted in the model's context (lowest-ranked dropped first)
       -> stream the LLM's answer   (an AnswerStream: iterate it for tokens, read .result after)
       -> a bare refusal?           held back and shown as the plain refusal (what a small model adds
                                    after one is a guess); the evidence lines then stand as the answer
-      -> verify                    parse [n] markers -> (doc, page); check each sentence against the
-                                   passage it cites; flag unsupported sentences and numbers that name
-                                   no source; attribute unmarked (or wrongly marked) sentences to the
-                                   passage that backs them ("inferred")
+      -> verify                    parse [L2] / [n] markers -> the line or passage; check each sentence
+                                   against what it cites (a row: under the column and in the row the
+                                   sentence names); flag unsupported sentences and numbers that name no
+                                   source; attribute unmarked (or wrongly marked) sentences to the line
+                                   that backs them ("inferred")
 
 Small local models drop and invent markers, so nothing here relies on the
 model citing correctly: every shown citation is checked in code by ``checker.py``.
