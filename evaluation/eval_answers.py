@@ -224,7 +224,7 @@ def citation_pairs(rows: list[dict]) -> list[dict]:
         for sentence in checker.verify_answer(row["answer"], hits, row["question"]):
             for c in sentence.citations:
                 pairs.append({"model": row["model"], "question": row["question"], "sentence": checker.strip_markers(sentence.text),
-                              "page": c.page, "inferred": c.inferred, "verified": c.verified,
+                              "page": c.page, **line_of(hits[c.number - 1]), "inferred": c.inferred, "verified": c.verified,
                               "gold_page": row["sources"][c.number - 1]["gold_page"], "passage": hits[c.number - 1].text})
     return pairs
 
@@ -238,11 +238,11 @@ def judging_pairs(rows: list[dict]) -> list[dict]:
         for sentence in checker.verify_answer(row["answer"], hits, row["question"]):
             if sentence.supported is None:  # nothing to check (a refusal, a heading)
                 continue
-            shown = {c.page: c for c in sentence.citations}
-            for hit, source in zip(hits, row["sources"]):
-                cited = shown.get(hit.page)
+            shown = {c.number: c for c in sentence.citations}
+            for number, (hit, source) in enumerate(zip(hits, row["sources"]), 1):
+                cited = shown.get(number)
                 pairs.append({"model": row["model"], "question": row["question"], "sentence": checker.strip_markers(sentence.text),
-                              "page": hit.page, "cited": cited is not None, "verified": bool(cited and cited.verified),
+                              "page": hit.page, **line_of(hit), "cited": cited is not None, "verified": bool(cited and cited.verified),
                               "gold_page": source["gold_page"], "passage": hit.text})
     return pairs
 
@@ -255,15 +255,22 @@ def tick_recall(rows: list[dict], labels: dict[str, bool]) -> dict:
         hits = rows_hits(row)
         for sentence in checker.verify_answer(row["answer"], hits, row["question"]):
             text = checker.strip_markers(sentence.text)
-            good = {h.page for h in hits if labels.get(pair_key({"question": row["question"], "sentence": text, "page": h.page}))}
+            good = {n for n, h in enumerate(hits, 1)
+                    if labels.get(pair_key({"question": row["question"], "sentence": text, "page": h.page, **line_of(h)}))}
             if good:
                 backed += 1
-                ticked += any(c.verified and c.page in good for c in sentence.citations)
+                ticked += any(c.verified and c.number in good for c in sentence.citations)
     return {"backed_sentences": backed, "recall_verified": round(ticked / backed, 3) if backed else None}
 
 
+def line_of(hit: Hit) -> dict:
+    """{"line": its text} for an evidence line the model read (several lines share a page), {} for a passage."""
+    return {"line": hit.text} if hit.trace.get("kind") else {}
+
+
 def pair_key(pair: dict) -> str:
-    return f"{pair['question']}|{pair['sentence']}|{pair['page']}"
+    """A judged (question, sentence, source): the source is its page, and its line where the model read lines."""
+    return f"{pair['question']}|{pair['sentence']}|{pair['page']}" + (f"|{pair['line']}" if pair.get("line") else "")
 
 
 def citation_precision(pairs: list[dict], labels: dict[str, bool]) -> dict:
