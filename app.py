@@ -40,7 +40,8 @@ saved as a conversation, and ``st.session_state.messages`` is filled from it whe
 the picked model is also saved beside the store (``models.save_choice``), so a
 reload or a restart starts with it. Page labels are written by the settings'
 model, whatever a person picks.
-Everything that is not layout lives in the other modules.
+Everything that is not layout lives in the other modules. ``main()`` runs when Streamlit runs this file
+(as ``__main__``); importing it (the tests do) only defines its functions.
 """
 
 from __future__ import annotations
@@ -645,6 +646,7 @@ def answer_now(question: str, history: list[tuple[str, str]], scope, k: int, key
     """
     if any(p.state == "labelling" for p in labelling_progress().values()):
         st.caption("Page labelling paused while answering")
+    nearest_slot = st.empty()  # the lines set aside, should they turn out to be only the nearest
     evidence_slot = st.empty()  # above the answer: the lines are known before the model says a word
     status = st.empty()  # what is happening while the person waits: searching, reading, writing
     lines: list[Hit] = []
@@ -667,8 +669,12 @@ def answer_now(question: str, history: list[tuple[str, str]], scope, k: int, key
         reply = {"role": "assistant", "content": "", "error": models.explain_failure(err, llm)}
     finally:
         status.empty()
-    with evidence_slot.container():  # the same lines, their chips usable now that nothing is being written,
-        show_evidence(lines, key, answer=reply.get("answer"))  # and set aside if they were only the nearest
+    answer = reply.get("answer")
+    if found_nothing(answer):  # in a slot of their own: a container redrawn smaller keeps what it held below
+        evidence_slot.empty()
+        evidence_slot = nearest_slot
+    with evidence_slot.container():  # the same lines, their chips usable now that nothing is being written
+        show_evidence(lines, key, answer=answer)
     return {**reply, "evidence": lines}
 
 
