@@ -563,7 +563,7 @@ def more_lines_label(count: int, answer: qa.Answer | None) -> str:
 def evidence_row(line: Hit, number: int, key: str, answering: bool, library: set[str] | None, numbered: bool = True) -> None:
     """One evidence line (the ``number``-th, from 0), "[L1]" before it when ``numbered``, beside the chip
     that opens its page; a long document name is shortened on the chip, whole in its tooltip."""
-    text_col, chip_col = st.columns([3, 1], vertical_alignment="center")
+    text_col, chip_col = st.columns([3, 2], vertical_alignment="center")  # wide enough for a chip of NAME_CHARS
     number_md = f"**{md(marker(number + 1, True))}** " if numbered else ""
     text_col.markdown(f"> {number_md}{md(line.text)}")
     label = f"{md(short_name(line.doc_name))} · p. {line.page}"
