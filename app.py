@@ -9,12 +9,20 @@ interaction):
              scope; settings; model picker (models.chat_choices, probed at most every 30 s) and status
     main:    replay the chat -> st.chat_input -> qa.ask()
              -> its evidence lines (evidence.py), shown as soon as ask() returns, before any model call:
-                "What your documents say", each line with a chip opening its page, the line highlighted
+                "What your documents say", the first EVIDENCE_LINES lines numbered [L1].. as the model
+                reads them, the rest of the ANSWER_LINES it read in a collapsed "All N lines the model read";
+                each line with a chip opening its page, the line highlighted
              -> the answer streamed under them by st.write_stream
              (a status line says what is happening until the first words arrive)
-             -> citation chips (st.pills) numbered like the answer's [n] markers; a chosen chip shows the passage and the
-                page rendered by preview.render_page() with the passage highlighted
-             -> unsupported sentences, confidence, rewritten query, the model that wrote it, optional trace
+             -> the lines drawn again once the answer is known: when nothing in the library was close to
+                the question (Answer.nothing_found) they are only the nearest lines, so they move into a
+                collapsed "Nearest lines ... none is about your question" and are not numbered
+             -> citation chips (st.pills) named like the answer's markers ("[L2] report.pdf · p. 7 ✓", or [2]
+                for passages), a long document name shortened in the middle; a chosen chip shows that very
+                cited line (or passage) and its page rendered by preview.render_page(), the line highlighted
+             -> unsupported sentences (⚠), one sentence saying how many checked sentences a cited line
+                backs (backing_summary: it agrees with the ⚠ shown), rewritten query, the model that
+                wrote it, optional trace
              The lines lead every answer and are kept with its message: when the model refuses, or no page
              backs what it wrote, they are still there, so the person has what the documents say.
     conversations (conversations.py): each question and each answer (its Answer, evidence lines, error) is
@@ -32,7 +40,8 @@ saved as a conversation, and ``st.session_state.messages`` is filled from it whe
 the picked model is also saved beside the store (``models.save_choice``), so a
 reload or a restart starts with it. Page labels are written by the settings'
 model, whatever a person picks.
-Everything that is not layout lives in the other modules.
+Everything that is not layout lives in the other modules. ``main()`` runs when Streamlit runs this file
+(as ``__main__``); importing it (the tests do) only defines its functions.
 """
 
 from __future__ import annotations
@@ -59,6 +68,7 @@ import ingest
 import language
 import models
 import preview
+import prompts
 import qa
 from retriever import Hit, Retriever
 from safe_text import md, md_stream, passage_md
@@ -339,12 +349,113 @@ def sidebar() -> tuple[list[str] | None, int, bool, str | None, object]:
 
 
 REMOVED = " · removed"  # on a chip whose document has left the library since the answer
+NAME_CHARS = 28  # a document's name on a chip; a longer one is shortened in its middle (short_name)
 
 
-def chip_label(citation: checker.Citation) -> str:
-    """The chip carries the number the answer's markers use: "[2] report.pdf · p. 7 ✓"."""
+def short_name(name: str, limit: int = NAME_CHARS) -> str:
+    """``name`` cut in its middle to ``limit`` characters, so that its chip fits its column; its start
+    and its end (a date, the extension) stay. The full name is in the chip's tooltip and under the page.
+
+    short_name("GPL-Graduate-Studies-Professional-Learning-Brochure-Jul-2021.pdf") -> "GPL-Graduate-S…-Jul-2021.pdf"
+    """
+    if len(name) <= limit:
+        return name
+    tail = (limit - 1) // 2
+    return name[: limit - 1 - tail] + "…" + name[len(name) - tail :]
+
+
+def reads_lines(answer: qa.Answer) -> bool:
+    """Whether the answer's sources are evidence lines (cited [L1]..) rather than passages ([1]..)."""
+    return bool(answer.sources) and all("kind" in h.trace for h in answer.sources)
+
+
+def marker(number: int, as_lines: bool) -> str:
+    """The marker the answer cites a source by: marker(2, True) -> "[L2]"; marker(2, False) -> "[2]"."""
+    return f"[L{number}]" if as_lines else f"[{number}]"
+
+
+def chip_label(citation: checker.Citation, as_lines: bool = False) -> str:
+    """The chip carries the marker the answer uses: "[L2] report.pdf · p. 7 ✓" ("[2] …" for passages)."""
     mark = "✓" if citation.verified else "⚠"
-    return f"\\[{citation.number}\\] {md(citation.doc_name)} · p. {citation.page} {mark}" + (" (inferred)" if citation.inferred else "")
+    name = md(short_name(citation.doc_name))
+    return f"{md(marker(citation.number, as_lines))} {name} · p. {citation.page} {mark}" + (" (inferred)" if citation.inferred else "")
+
+
+def cited_chips(answer: qa.Answer) -> list[checker.Citation]:
+    """The citations to show as chips, backed ones first. Lines: one chip per cited line (two lines of one
+    page are two sources, each its own number); passages: ``Answer.citations``, one per page. A line cited
+    by several sentences is ✓ when it backs one of them; a sentence it does not back has its own ⚠ caption."""
+    if not reads_lines(answer):
+        return answer.citations
+    chips: dict[int, checker.Citation] = {}
+    for sentence in answer.sentences:
+        for c in sentence.citations:
+            if c.number not in chips or (c.verified and not chips[c.number].verified):
+                chips[c.number] = c
+    return sorted(chips.values(), key=lambda c: not c.verified)
+
+
+def chips_help(citations: list[checker.Citation]) -> str:
+    """The chips' tooltip: what a click does, and the full name of every document shortened on a chip."""
+    shortened = sorted({c.doc_name for c in citations if short_name(c.doc_name) != c.doc_name})
+    names = "".join(f"  \n{md(name)}" for name in shortened)
+    return "Open a source to see the page" + names
+
+
+def backing_summary(sentences: list[checker.CheckedSentence], chips: list[checker.Citation], as_lines: bool = True) -> str | None:
+    """One sentence beside the answer on what the checker found, in step with every ⚠ on screen: of the
+    sentences long enough to judge, how many a line (or passage) backs; ⚠ is named whenever one is shown,
+    on an unbacked sentence or on a chip (``chips``: those shown) of a cited source that does not back its
+    sentence; a backing the model did not cite is said to be inferred; a marker naming no source is said.
+    None when no sentence was judged.
+
+    backing_summary([CheckedSentence("It opened in 1889 [L1].", [Citation(1, "a.pdf", 3, "c", True)], True)], chips)
+      -> "The one checked sentence is backed by a line it cites."
+    """
+    judged = [s for s in sentences if s.supported is not None]
+    if not judged:
+        return None
+    unit = "line" if as_lines else "passage"
+    backed = [s for s in judged if s.supported]
+    inferred = sum(1 for s in backed if not any(c.verified and not c.inferred for c in s.citations))
+    if len(backed) == len(judged):
+        text = all_backed(len(judged), inferred, unit)
+        if any(not c.verified for c in chips):  # a supported sentence's chip: not "all backed" beside it
+            text += f" Yet ⚠ marks a cited {unit} that does not back the sentence citing it."
+    else:
+        text = some_backed(len(judged), len(backed), inferred, unit)
+    return text + unknown_markers(sentences, as_lines)
+
+
+def all_backed(judged: int, inferred: int, unit: str) -> str:
+    """all_backed(3, 0, "line") -> "Each of the 3 checked sentences is backed by a line it cites." """
+    subject = "The one checked sentence is" if judged == 1 else f"Each of the {judged} checked sentences is"
+    if not inferred:
+        return f"{subject} backed by a {unit} it cites."
+    if inferred == judged:
+        return f"{subject} backed by a {unit} the model did not cite (marked inferred)."
+    return f"{subject} backed by a {unit}, {inferred} of them by one the model did not cite (marked inferred)."
+
+
+def some_backed(judged: int, backed: int, inferred: int, unit: str) -> str:
+    """some_backed(3, 2, 0, "line") -> "2 of 3 checked sentences are backed by a cited line; ⚠ marks the other." """
+    if not backed:
+        return (f"The one checked sentence is not backed by any {unit}; ⚠ marks it." if judged == 1
+                else f"None of the {judged} checked sentences is backed by a {unit}; ⚠ marks each.")
+    verb = "is" if backed == 1 else "are"
+    how = f"a cited {unit}" if not inferred else f"a {unit} ({inferred} by one the model did not cite, marked inferred)"
+    others = "the other" if judged - backed == 1 else f"the other {judged - backed}"
+    return f"{backed} of {judged} checked sentences {verb} backed by {how}; ⚠ marks {others}."
+
+
+def unknown_markers(sentences: list[checker.CheckedSentence], as_lines: bool) -> str:
+    """The markers in the answer that name no source it was given, said: " [L12] names no line the model read." """
+    numbers = sorted({n for s in sentences for n in s.fabricated})
+    if not numbers:
+        return ""
+    named = " and ".join(md(marker(n, as_lines)) for n in numbers)
+    verb = "names" if len(numbers) == 1 else "name"
+    return f" {named} {verb} no {'line' if as_lines else 'passage'} the model read."
 
 
 def is_removed(collection: str, library: set[str] | None) -> bool:
@@ -359,28 +470,20 @@ def marking_removed(removed: dict[str, bool]):
 
 
 def source_for(answer: qa.Answer, citation: checker.Citation) -> Hit | None:
+    """The source a citation names: ``answer.sources[number - 1]`` (that very line or passage), or, for an
+    answer whose numbers do not match its sources (none should), the first source on the cited page."""
+    if 1 <= citation.number <= len(answer.sources):
+        hit = answer.sources[citation.number - 1]
+        if (hit.collection, hit.page) == (citation.collection, citation.page):
+            return hit
     return next((h for h in answer.sources if (h.collection, h.page) == (citation.collection, citation.page)), None)
-
-
-def excerpt(text: str, limit: int = 300) -> str:
-    """The passage's first whole lines within about ``limit`` characters (at least one line),
-    so a table keeps its header and whole rows.
-
-    excerpt("| a | b |\n|---|---|\n| 1 | 2 |", limit=20) -> "| a | b |\n|---|---|"
-    """
-    lines, kept = text.split("\n"), []
-    for line in lines:
-        if kept and len("\n".join(kept + [line])) > limit:
-            return "\n".join(kept) + ("\n…" if not line.startswith("|") else "")
-        kept.append(line)
-    return "\n".join(kept)
 
 
 def show_citation(answer: qa.Answer, citation: checker.Citation) -> None:
     """The cited passage beside its page as an image, the passage highlighted."""
     hit = source_for(answer, citation)
     if hit is None:
-        st.warning(f"Page {citation.page} was not among the passages the model was shown.")
+        st.warning(f"Page {citation.page} was not among the sources the model was shown.")
         return
     show_passage(hit)
 
@@ -413,34 +516,75 @@ def missing_page_sentence() -> str:
     return "This document is no longer in the library, so its page cannot be shown."
 
 
-def show_evidence(lines: list[Hit], key: str, answering: bool = False, library: set[str] | None = None) -> None:
-    """The lines of the documents that answer the question, each beside a chip that opens its page
-    with the line highlighted (marked "removed" when its document has left ``library``). While an
-    answer is being written the chips are disabled: a click reruns the script, which would stop the
-    answer half-way and lose it."""
+def found_nothing(answer: qa.Answer | None) -> bool:
+    """Whether nothing in the library was close to the question, so the lines kept with the answer are
+    only the nearest ones (a conversation saved before ``Answer.nothing_found`` is told by its fixed reply)."""
+    if answer is None:
+        return False
+    return answer.nothing_found or (answer.refused and answer.model is None and answer.text == prompts.NOT_FOUND)
+
+
+def show_evidence(lines: list[Hit], key: str, answering: bool = False, library: set[str] | None = None,
+                  answer: qa.Answer | None = None) -> None:
+    """The lines of the documents that answer the question, numbered [L1].. as the model reads them: the
+    first EVIDENCE_LINES under "What your documents say", the others in a collapsed expander; each beside
+    a chip that opens its page with the line highlighted (marked "removed" when its document has left
+    ``library``). While an answer is being written the chips are disabled: a click reruns the script,
+    which would stop the answer half-way and lose it.
+
+    When ``answer`` found nothing close to the question, the lines are only the nearest ones: they are not
+    presented as what the documents say, but kept, unnumbered, in a collapsed expander that says none is
+    about the question (what is near can help to ask again)."""
     if not lines:
         return
+    if found_nothing(answer):
+        with st.expander("Nearest lines in your documents: none is about your question"):
+            for number, line in enumerate(lines):
+                evidence_row(line, number, key, answering, library, numbered=False)
+        return
     st.markdown("**What your documents say**")
-    for number, line in enumerate(lines):
-        text_col, chip_col = st.columns([4, 1], vertical_alignment="center")
-        text_col.markdown(f"> {md(line.text)}")
-        label = f"{md(line.doc_name)} · p. {line.page}"
-        chosen = chip_col.pills(
-            f"Open page {line.page} of {md(line.doc_name)}",
-            [label],
-            format_func=marking_removed({label: is_removed(line.collection, library)}),
-            key=f"evidence-{key}-{number}" + ("-answering" if answering else ""),  # drawn twice in that run: two keys
-            disabled=answering,
-            label_visibility="collapsed",
-        )
-        if chosen:
-            show_passage(line)
+    shown_first = config.EVIDENCE_LINES
+    for number, line in enumerate(lines[:shown_first]):
+        evidence_row(line, number, key, answering, library)
+    if len(lines) > shown_first:
+        with st.expander(more_lines_label(len(lines), answer)):
+            for number, line in enumerate(lines[shown_first:], shown_first):
+                evidence_row(line, number, key, answering, library)
+
+
+def more_lines_label(count: int, answer: qa.Answer | None) -> str:
+    """The expander of the lines beyond those shown first: all ``count`` the model read, or, when no model
+    wrote the answer (it was read in code), all that were found."""
+    if answer is not None and answer.model is None:
+        return f"All {count} lines found for your question"
+    return f"All {count} lines the model read"
+
+
+def evidence_row(line: Hit, number: int, key: str, answering: bool, library: set[str] | None, numbered: bool = True) -> None:
+    """One evidence line (the ``number``-th, from 0), "[L1]" before it when ``numbered``, beside the chip
+    that opens its page; a long document name is shortened on the chip, whole in its tooltip."""
+    text_col, chip_col = st.columns([3, 2], vertical_alignment="center")  # wide enough for a chip of NAME_CHARS
+    number_md = f"**{md(marker(number + 1, True))}** " if numbered else ""
+    text_col.markdown(f"> {number_md}{md(line.text)}")
+    label = f"{md(short_name(line.doc_name))} · p. {line.page}"
+    chosen = chip_col.pills(
+        f"Open page {line.page} of {md(line.doc_name)}",
+        [label],
+        format_func=marking_removed({label: is_removed(line.collection, library)}),
+        key=f"evidence-{key}-{number}" + ("-answering" if answering else ""),  # drawn twice in that run: two keys
+        help=f"Open page {line.page} of {md(line.doc_name)}",
+        disabled=answering,
+        label_visibility="collapsed",
+    )
+    if chosen:
+        show_passage(line)
 
 
 def trace_rows(answer: qa.Answer) -> list[dict]:
+    as_lines = reads_lines(answer)
     return [
         {
-            "source": f"[{n}] {h.doc_name} · p. {h.page}",
+            "source": f"{marker(n, as_lines)} {h.doc_name} · p. {h.page}",
             "semantic rank": h.trace.get("semantic_rank"),
             "similarity": h.trace.get("semantic_score"),
             "BM25 rank": h.trace.get("bm25_rank"),
@@ -452,21 +596,23 @@ def trace_rows(answer: qa.Answer) -> list[dict]:
 
 def show_answer_details(answer: qa.Answer, key: str, show_trace: bool, library: set[str] | None = None) -> None:
     """Everything under an answer's text: chips (marked "removed" for documents no longer in ``library``),
-    warnings, confidence, rewrite, trace."""
-    citations = answer.citations
-    if citations:
-        labels = [chip_label(c) for c in citations]
-        removed = {label: is_removed(c.collection, library) for label, c in zip(labels, citations)}
-        chosen = st.pills("Sources", labels, key=f"cite-{key}", help="Open a source to see the page", format_func=marking_removed(removed))
+    the unbacked sentences, the backing summary, rewrite, who wrote it, trace."""
+    as_lines = reads_lines(answer)
+    chips = cited_chips(answer)
+    if chips:
+        labels = [chip_label(c, as_lines) for c in chips]
+        removed = {label: is_removed(c.collection, library) for label, c in zip(labels, chips)}
+        chosen = st.pills("Sources", labels, key=f"cite-{key}", help=chips_help(chips), format_func=marking_removed(removed))
         if chosen:
-            show_citation(answer, citations[labels.index(chosen)])
+            show_citation(answer, chips[labels.index(chosen)])
+    unit = "line" if as_lines else "passage"
     for sentence in answer.sentences:
         if sentence.supported is False and sentence.citations:
-            st.caption(f"⚠ *Not backed by the cited page:* {md(sentence.text)}")
+            st.caption(f"⚠ *Not backed by the {unit} it cites:* {md(sentence.text)}")
         elif sentence.supported is False:
-            st.caption(f"*No passage backs:* {md(sentence.text)}")
-    if answer.confidence is not None:
-        st.caption(f"Confidence: {answer.confidence:.0%} of checked sentences are supported")
+            st.caption(f"⚠ *No {unit} backs:* {md(sentence.text)}")
+    if summary := backing_summary(answer.sentences, chips, as_lines):
+        st.caption(summary)
     elif answer.sentences and not answer.refused:
         st.caption("Citations not checked: no sentence was long enough to judge")
     if answer.rewritten_query:
@@ -474,19 +620,14 @@ def show_answer_details(answer: qa.Answer, key: str, show_trace: bool, library: 
     if answer.model:
         st.caption(f"Written by {md(answer.model)}")
     elif answer.sources and not answer.refused:
-        st.caption("No model wrote this: it was worked out in code from the cited pages.")
-    if answer.refused and answer.sources:
-        st.caption("Nearest passages:")
-        for h in answer.sources:
-            st.caption(f"**{md(h.doc_name)} · p. {h.page}**")
-            st.markdown(passage_md(excerpt(h.text)))
+        st.caption(f"No model wrote this: it was worked out in code from the cited {unit}s.")
     if show_trace and answer.sources:
         st.dataframe(trace_rows(answer), hide_index=True)
 
 
 def show_message(index: int, message: dict, show_trace: bool, library: set[str] | None = None) -> None:
     with st.chat_message(message["role"]):
-        show_evidence(message.get("evidence", []), str(index), library=library)
+        show_evidence(message.get("evidence", []), str(index), library=library, answer=message.get("answer"))
         if message.get("error"):
             st.error(md(message["error"]))
             return
@@ -505,6 +646,7 @@ def answer_now(question: str, history: list[tuple[str, str]], scope, k: int, key
     """
     if any(p.state == "labelling" for p in labelling_progress().values()):
         st.caption("Page labelling paused while answering")
+    nearest_slot = st.empty()  # the lines set aside, should they turn out to be only the nearest
     evidence_slot = st.empty()  # above the answer: the lines are known before the model says a word
     status = st.empty()  # what is happening while the person waits: searching, reading, writing
     lines: list[Hit] = []
@@ -527,8 +669,12 @@ def answer_now(question: str, history: list[tuple[str, str]], scope, k: int, key
         reply = {"role": "assistant", "content": "", "error": models.explain_failure(err, llm)}
     finally:
         status.empty()
+    answer = reply.get("answer")
+    if found_nothing(answer):  # in a slot of their own: a container redrawn smaller keeps what it held below
+        evidence_slot.empty()
+        evidence_slot = nearest_slot
     with evidence_slot.container():  # the same lines, their chips usable now that nothing is being written
-        show_evidence(lines, key)
+        show_evidence(lines, key, answer=answer)
     return {**reply, "evidence": lines}
 
 
@@ -707,4 +853,5 @@ def main() -> None:
         conversations_panel(library)
 
 
-main()
+if __name__ == "__main__":  # Streamlit runs this file as __main__; tests import its functions
+    main()

@@ -3,8 +3,10 @@ the real embedder and the small embedded chat model."""
 
 from __future__ import annotations
 
+import itertools
 import re
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pymupdf
@@ -16,8 +18,10 @@ import config
 import ingest
 import models
 import prompts
+from checker import CheckedSentence, Citation
 from conftest import SERVER_KEY, SERVER_MODEL, free_port, shown, write_text_pdf
 from retriever import Retriever
+from safe_text import passage_md
 from test_chroma_server import running_chroma
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
@@ -49,9 +53,24 @@ def sidebar_text(app: AppTest) -> str:
     return shown(" ".join(m.value for m in app.sidebar.markdown) + " " + " ".join(c.value for c in app.sidebar.caption))
 
 
+EVIDENCE_NUMBER = re.compile(r"^\*\*\[(L\d+)\]\*\* ")  # "**[L2]** " before a line, as shown()
+
+
 def evidence_lines(message) -> list[str]:
-    """The evidence lines a chat message shows (each a quotation), as the person reads them."""
-    return [shown(m.value)[2:] for m in message.markdown if m.value.startswith("> ")]
+    """The evidence lines a chat message shows (each a quotation, those in the expander too), as the
+    person reads them, without the number before each."""
+    return [EVIDENCE_NUMBER.sub("", shown(m.value)[2:]) for m in message.markdown if m.value.startswith("> ")]
+
+
+def evidence_numbers(message) -> list[str]:
+    """The numbers before the evidence lines a chat message shows, in order: ["L1", "L2", ...]; "" for an unnumbered line."""
+    return [(match.group(1) if (match := EVIDENCE_NUMBER.match(shown(m.value)[2:])) else "")
+            for m in message.markdown if m.value.startswith("> ")]
+
+
+def cited_line(answer, chip: str):
+    """The line a citation chip ("[L2] facts.pdf · p. 3 ✓") names: the answer's source of that number."""
+    return answer.sources[int(re.match(r"\[L(\d+)\]", shown(chip)).group(1)) - 1]
 
 
 def answer_markdown(message) -> str:
@@ -73,15 +92,17 @@ def test_upload_ask_open_a_citation_then_remove_the_document(store, embedder, th
     answer = app.chat_message[1]
     assert "1889" in answer_markdown(answer)
     chips = answer.button_group(key="cite-1")
-    chip = next(o for o in chips.options if re.match(r"\[\d\] facts\.pdf · p\. 3 ✓", shown(o)))  # verified (maybe inferred)
-    number = re.match(r"\[(\d)\]", shown(chip)).group(1)
-    assert f"[{number}]" in shown(answer_markdown(answer)) or "(inferred)" in shown(chip)  # the marker's number
-    assert any("Confidence" in c.value for c in answer.caption)
+    chip = next(o for o in chips.options if re.match(r"\[L\d+\] facts\.pdf · p\. 3 ✓", shown(o)))  # verified (maybe inferred)
+    number = re.match(r"\[L(\d+)\]", shown(chip)).group(1)
+    assert f"[L{number}]" in shown(answer_markdown(answer)) or "(inferred)" in shown(chip)  # the marker's number
+    assert any("checked sentence" in c.value for c in answer.caption)  # the backing summary
+    assert not any("Confidence" in c.value or "%" in c.value for c in answer.caption)
     assert not any("Reading" in c.value or "Searching" in c.value for c in answer.caption)  # the status line is gone
 
     chips.set_value(chip).run()
     opened = app.chat_message[1]
-    assert any("Chapter 3. The railway reached the town in 1889" in shown(m.value) for m in opened.markdown)  # the passage
+    cited = cited_line(app.session_state["messages"][1]["answer"], chip)  # that very line, not the page's first source
+    assert "1889" in cited.text and passage_md(cited.text) in [m.value for m in opened.markdown]
     assert [shown(c) for c in opened.get("image")[0].captions] == ["facts.pdf, page 3"]  # the rendered page
     assert len(app.session_state["messages"]) == 2  # opening a source keeps the chat
 
@@ -113,9 +134,14 @@ def test_a_refused_answer_still_shows_the_lines_that_answer_and_keeps_them(store
     assert headings.index("**What your documents say**") < headings.index(answer_markdown(answer))  # the lines lead
     assert shown(answer_markdown(answer)) == prompts.REFUSAL
     lines = evidence_lines(answer)
-    assert len(lines) == config.EVIDENCE_LINES
     number = next(n for n, line in enumerate(lines) if "The railway reached the town in 1889" in line)  # the line that answers
     assert [line.text for line in kept["evidence"]] == lines  # kept with the message
+    assert evidence_numbers(answer) == [f"L{n}" for n in range(1, len(lines) + 1)]  # as the model reads and cites them
+    if len(lines) > config.EVIDENCE_LINES:  # the first ones shown, the others the model read in a collapsed expander
+        assert [e.label for e in answer.expander] == [f"All {len(lines)} lines the model read"]
+        assert evidence_numbers(answer.expander[0]) == [f"L{n}" for n in range(config.EVIDENCE_LINES + 1, len(lines) + 1)]
+    else:
+        assert len(lines) == config.EVIDENCE_LINES and not answer.expander
     assert not [b for b in answer.button_group if b.key.endswith("-answering")]  # the disabled chips were redrawn usable
 
     app.run()  # a rerun replays the chat from session_state: the same lines, the same chips
@@ -128,6 +154,95 @@ def test_a_refused_answer_still_shows_the_lines_that_answer_and_keeps_them(store
     opened = app.chat_message[1]
     assert [shown(c) for c in opened.get("image")[0].captions] == ["facts.pdf, page 3"]  # the page, the line highlighted
     assert evidence_lines(opened) == lines and len(app.session_state["messages"]) == 2
+
+
+OFF_TOPIC = "How do I configure a Kubernetes ingress controller?"
+NEAREST = "Nearest lines in your documents: none is about your question"
+
+
+def test_a_question_nothing_in_the_library_is_about_shows_its_nearest_lines_only_set_aside(store, embedder, three_page_pdf, small_model):
+    """Nothing is close to the question: the fixed reply, no model call; the nearest lines are not presented as
+    "What your documents say" but kept, unnumbered, in a collapsed expander that says none is about the question."""
+    ingest.ingest_pdf(three_page_pdf, store, embedder)
+    app = AppTest.from_file(APP, default_timeout=300).run()
+    app.chat_input[0].set_value(OFF_TOPIC).run()
+    assert not app.exception
+    kept = app.session_state["messages"][1]
+    assert kept["answer"].nothing_found and kept["evidence"]  # the nearest lines, kept with the message
+    for message in (app.chat_message[1], app.run().chat_message[1]):  # as answered, then replayed
+        said = shown(" ".join(m.value for m in message.markdown) + " " + " ".join(c.value for c in message.caption))
+        assert shown(answer_markdown(message)) == prompts.NOT_FOUND
+        assert "What your documents say" not in said and "Nearest passages" not in said
+        assert [e.label for e in message.expander] == [NEAREST]
+        assert evidence_lines(message) == [line.text for line in kept["evidence"]]
+        assert evidence_numbers(message) == [""] * len(kept["evidence"])  # no answer cites them: no [L1]
+
+
+# -----------------------------------------------------------------------------
+# The page's own helpers, called directly (app.py runs its main() only as Streamlit's script)
+
+
+def the_page():
+    import app as page  # imported here: its module-level Streamlit calls run bare, only for these tests
+
+    return page
+
+
+LONG_NAME = "GPL-Graduate-Studies-Professional-Learning-Brochure-Jul-2021.pdf"
+
+
+def test_a_long_document_name_is_shortened_in_its_middle_on_its_chip_and_kept_whole_in_the_tooltip():
+    page = the_page()
+    assert page.short_name(LONG_NAME) == "GPL-Graduate-S…-Jul-2021.pdf" and len(page.short_name(LONG_NAME)) == page.NAME_CHARS
+    assert page.short_name("facts.pdf") == "facts.pdf" and page.short_name("x" * 28) == "x" * 28
+    assert page.short_name("x" * 29) == "x" * 14 + "…" + "x" * 13 and page.short_name("abcdef", 5) == "ab…ef"
+    citation = Citation(2, LONG_NAME, 7, "c", True)
+    assert shown(page.chip_label(citation, as_lines=True)) == "[L2] GPL-Graduate-S…-Jul-2021.pdf · p. 7 ✓"
+    assert shown(page.chip_label(replace(citation, verified=False))) == "[2] GPL-Graduate-S…-Jul-2021.pdf · p. 7 ⚠"
+    assert LONG_NAME in shown(page.chips_help([citation]))
+    assert shown(page.chips_help([replace(citation, doc_name="facts.pdf")])) == "Open a source to see the page"
+
+
+BACKS, WARNS = Citation(1, "a.pdf", 3, "c", True), Citation(2, "a.pdf", 4, "c", False)
+FOUND = Citation(3, "a.pdf", 5, "c", True, inferred=True)  # no marker: the checker found the line that backs it
+BACKED = CheckedSentence("The railway reached the town in 1889 [L1].", [BACKS], True)
+UNBACKED = CheckedSentence("Trains took two hours [L2].", [WARNS], False)
+UNCITED = CheckedSentence("The town had a harbour.", [], False)
+INFERRED = CheckedSentence("The catch reached 3,200 tonnes.", [FOUND], True)
+SHORT = CheckedSentence("Yes.", [], None)
+
+
+def test_the_backing_summary_counts_the_checked_sentences_and_the_backed_ones():
+    summary = the_page().backing_summary
+    assert summary([BACKED, SHORT], [BACKS]) == "The one checked sentence is backed by a line it cites."
+    assert summary([BACKED, BACKED, SHORT], [BACKS]) == "Each of the 2 checked sentences is backed by a line it cites."
+    assert summary([BACKED, BACKED, UNBACKED], [BACKS, WARNS]) == "2 of 3 checked sentences are backed by a cited line; ⚠ marks the other."
+    assert summary([BACKED, UNBACKED, UNCITED], [BACKS, WARNS]) == "1 of 3 checked sentences is backed by a cited line; ⚠ marks the other 2."
+    assert summary([UNBACKED], [WARNS]) == "The one checked sentence is not backed by any line; ⚠ marks it."
+    assert summary([UNBACKED, UNCITED], [WARNS], as_lines=False) == "None of the 2 checked sentences is backed by a passage; ⚠ marks each."
+    assert summary([BACKED, INFERRED], [BACKS, FOUND]) == (
+        "Each of the 2 checked sentences is backed by a line, 1 of them by one the model did not cite (marked inferred).")
+    assert shown(summary([BACKED, replace(SHORT, fabricated=[12])], [BACKS])).endswith(" [L12] names no line the model read.")
+    assert summary([SHORT], []) is None  # nothing judged: no summary at all
+
+
+def test_the_backing_summary_never_says_all_backed_beside_a_warning():
+    """Whatever mix of sentences and chips: a ⚠ on screen (an unbacked sentence, or a chip of a cited line that
+    does not back its sentence, even beside a backed one) is named in the summary; none shown, none named."""
+    summary = the_page().backing_summary
+    both_cited = CheckedSentence("The railway reached the town in 1889 [L1][L2].", [BACKS, WARNS], True)
+    said = summary([BACKED, both_cited], [BACKS, WARNS])  # every sentence backed, yet a ⚠ chip
+    assert said.startswith("Each of the 2 checked sentences is backed") and "⚠ marks a cited line that does not back" in said
+    for sentences in itertools.product([BACKED, UNBACKED, UNCITED, INFERRED, both_cited, SHORT], repeat=3):
+        chips = list({c.number: c for s in sentences for c in s.citations}.values())
+        said = summary(list(sentences), chips)
+        if all(s.supported is None for s in sentences):
+            assert said is None
+            continue
+        warned = any(s.supported is False for s in sentences) or any(not c.verified for c in chips)
+        assert ("⚠" in said) == warned and "%" not in said, (sentences, said)
+        if any(s.supported is False for s in sentences):
+            assert not said.startswith(("Each", "The one checked sentence is backed")), said
 
 
 def test_a_bad_upload_is_refused_in_plain_words_and_stores_nothing(store, tmp_path, small_model):
@@ -383,7 +498,8 @@ def test_a_conversation_is_saved_as_it_happens_and_a_new_session_with_its_addres
     replayed.set_value(chip).run()
     opened = reloaded.chat_message[1]
     assert [shown(c) for c in opened.get("image")[0].captions] == ["facts.pdf, page 3"]  # the page, from the saved offsets
-    assert any("Chapter 3. The railway reached the town in 1889" in shown(m.value) for m in opened.markdown)
+    cited = cited_line(saved.messages[1]["answer"], chip)
+    assert "The railway reached the town in 1889" in cited.text and passage_md(cited.text) in [m.value for m in opened.markdown]
 
     fresh = AppTest.from_file(APP, default_timeout=300).run()  # no address: a new chat, the saved one listed
     assert not fresh.chat_message and "c" not in fresh.query_params
@@ -448,7 +564,8 @@ def test_an_answer_whose_document_was_removed_stays_readable_its_chips_marked_re
     chips.set_value(chip).run()
     opened = reloaded.chat_message[1]
     assert not reloaded.exception and not opened.get("image")
-    assert any("Chapter 3. The railway reached the town in 1889" in shown(m.value) for m in opened.markdown)  # the saved passage
+    cited = cited_line(conversations.get(conversation_id).messages[1]["answer"], chip)
+    assert "1889" in cited.text and passage_md(cited.text) in [m.value for m in opened.markdown]  # the saved line
     assert any("no longer in the library" in i.value for i in opened.info)
     export = conversations.export_markdown(conversations.get(conversation_id), library=set())
     assert "facts.pdf, page 3 (removed from the library since)" in shown(export)
