@@ -21,7 +21,7 @@ interaction):
                 for passages), a long document name shortened in the middle; a chosen chip shows that very
                 cited line (or passage) and its page rendered by preview.render_page(), the line highlighted
              -> unsupported sentences (⚠), one sentence saying how many checked sentences a cited line
-                backs (backing_summary: it agrees with the ⚠ shown), rewritten query, the model that
+                backs (checker.backing_summary: it agrees with the ⚠ shown), rewritten query, the model that
                 wrote it, optional trace
              The lines lead every answer and are kept with its message: when the model refuses, or no page
              backs what it wrote, they are still there, so the person has what the documents say.
@@ -364,35 +364,11 @@ def short_name(name: str, limit: int = NAME_CHARS) -> str:
     return name[: limit - 1 - tail] + "…" + name[len(name) - tail :]
 
 
-def reads_lines(answer: qa.Answer) -> bool:
-    """Whether the answer's sources are evidence lines (cited [L1]..) rather than passages ([1]..)."""
-    return bool(answer.sources) and all("kind" in h.trace for h in answer.sources)
-
-
-def marker(number: int, as_lines: bool) -> str:
-    """The marker the answer cites a source by: marker(2, True) -> "[L2]"; marker(2, False) -> "[2]"."""
-    return f"[L{number}]" if as_lines else f"[{number}]"
-
-
 def chip_label(citation: checker.Citation, as_lines: bool = False) -> str:
     """The chip carries the marker the answer uses: "[L2] report.pdf · p. 7 ✓" ("[2] …" for passages)."""
     mark = "✓" if citation.verified else "⚠"
     name = md(short_name(citation.doc_name))
-    return f"{md(marker(citation.number, as_lines))} {name} · p. {citation.page} {mark}" + (" (inferred)" if citation.inferred else "")
-
-
-def cited_chips(answer: qa.Answer) -> list[checker.Citation]:
-    """The citations to show as chips, backed ones first. Lines: one chip per cited line (two lines of one
-    page are two sources, each its own number); passages: ``Answer.citations``, one per page. A line cited
-    by several sentences is ✓ when it backs one of them; a sentence it does not back has its own ⚠ caption."""
-    if not reads_lines(answer):
-        return answer.citations
-    chips: dict[int, checker.Citation] = {}
-    for sentence in answer.sentences:
-        for c in sentence.citations:
-            if c.number not in chips or (c.verified and not chips[c.number].verified):
-                chips[c.number] = c
-    return sorted(chips.values(), key=lambda c: not c.verified)
+    return f"{md(checker.marker(citation.number, as_lines))} {name} · p. {citation.page} {mark}" + (" (inferred)" if citation.inferred else "")
 
 
 def chips_help(citations: list[checker.Citation]) -> str:
@@ -400,62 +376,6 @@ def chips_help(citations: list[checker.Citation]) -> str:
     shortened = sorted({c.doc_name for c in citations if short_name(c.doc_name) != c.doc_name})
     names = "".join(f"  \n{md(name)}" for name in shortened)
     return "Open a source to see the page" + names
-
-
-def backing_summary(sentences: list[checker.CheckedSentence], chips: list[checker.Citation], as_lines: bool = True) -> str | None:
-    """One sentence beside the answer on what the checker found, in step with every ⚠ on screen: of the
-    sentences long enough to judge, how many a line (or passage) backs; ⚠ is named whenever one is shown,
-    on an unbacked sentence or on a chip (``chips``: those shown) of a cited source that does not back its
-    sentence; a backing the model did not cite is said to be inferred; a marker naming no source is said.
-    None when no sentence was judged.
-
-    backing_summary([CheckedSentence("It opened in 1889 [L1].", [Citation(1, "a.pdf", 3, "c", True)], True)], chips)
-      -> "The one checked sentence is backed by a line it cites."
-    """
-    judged = [s for s in sentences if s.supported is not None]
-    if not judged:
-        return None
-    unit = "line" if as_lines else "passage"
-    backed = [s for s in judged if s.supported]
-    inferred = sum(1 for s in backed if not any(c.verified and not c.inferred for c in s.citations))
-    if len(backed) == len(judged):
-        text = all_backed(len(judged), inferred, unit)
-        if any(not c.verified for c in chips):  # a supported sentence's chip: not "all backed" beside it
-            text += f" Yet ⚠ marks a cited {unit} that does not back the sentence citing it."
-    else:
-        text = some_backed(len(judged), len(backed), inferred, unit)
-    return text + unknown_markers(sentences, as_lines)
-
-
-def all_backed(judged: int, inferred: int, unit: str) -> str:
-    """all_backed(3, 0, "line") -> "Each of the 3 checked sentences is backed by a line it cites." """
-    subject = "The one checked sentence is" if judged == 1 else f"Each of the {judged} checked sentences is"
-    if not inferred:
-        return f"{subject} backed by a {unit} it cites."
-    if inferred == judged:
-        return f"{subject} backed by a {unit} the model did not cite (marked inferred)."
-    return f"{subject} backed by a {unit}, {inferred} of them by one the model did not cite (marked inferred)."
-
-
-def some_backed(judged: int, backed: int, inferred: int, unit: str) -> str:
-    """some_backed(3, 2, 0, "line") -> "2 of 3 checked sentences are backed by a cited line; ⚠ marks the other." """
-    if not backed:
-        return (f"The one checked sentence is not backed by any {unit}; ⚠ marks it." if judged == 1
-                else f"None of the {judged} checked sentences is backed by a {unit}; ⚠ marks each.")
-    verb = "is" if backed == 1 else "are"
-    how = f"a cited {unit}" if not inferred else f"a {unit} ({inferred} by one the model did not cite, marked inferred)"
-    others = "the other" if judged - backed == 1 else f"the other {judged - backed}"
-    return f"{backed} of {judged} checked sentences {verb} backed by {how}; ⚠ marks {others}."
-
-
-def unknown_markers(sentences: list[checker.CheckedSentence], as_lines: bool) -> str:
-    """The markers in the answer that name no source it was given, said: " [L12] names no line the model read." """
-    numbers = sorted({n for s in sentences for n in s.fabricated})
-    if not numbers:
-        return ""
-    named = " and ".join(md(marker(n, as_lines)) for n in numbers)
-    verb = "names" if len(numbers) == 1 else "name"
-    return f" {named} {verb} no {'line' if as_lines else 'passage'} the model read."
 
 
 def is_removed(collection: str, library: set[str] | None) -> bool:
@@ -564,7 +484,7 @@ def evidence_row(line: Hit, number: int, key: str, answering: bool, library: set
     """One evidence line (the ``number``-th, from 0), "[L1]" before it when ``numbered``, beside the chip
     that opens its page; a long document name is shortened on the chip, whole in its tooltip."""
     text_col, chip_col = st.columns([3, 2], vertical_alignment="center")  # wide enough for a chip of NAME_CHARS
-    number_md = f"**{md(marker(number + 1, True))}** " if numbered else ""
+    number_md = f"**{md(checker.marker(number + 1, True))}** " if numbered else ""
     text_col.markdown(f"> {number_md}{md(line.text)}")
     label = f"{md(short_name(line.doc_name))} · p. {line.page}"
     chosen = chip_col.pills(
@@ -581,10 +501,10 @@ def evidence_row(line: Hit, number: int, key: str, answering: bool, library: set
 
 
 def trace_rows(answer: qa.Answer) -> list[dict]:
-    as_lines = reads_lines(answer)
+    as_lines = answer.reads_lines
     return [
         {
-            "source": f"{marker(n, as_lines)} {h.doc_name} · p. {h.page}",
+            "source": f"{checker.marker(n, as_lines)} {h.doc_name} · p. {h.page}",
             "semantic rank": h.trace.get("semantic_rank"),
             "similarity": h.trace.get("semantic_score"),
             "BM25 rank": h.trace.get("bm25_rank"),
@@ -597,8 +517,8 @@ def trace_rows(answer: qa.Answer) -> list[dict]:
 def show_answer_details(answer: qa.Answer, key: str, show_trace: bool, library: set[str] | None = None) -> None:
     """Everything under an answer's text: chips (marked "removed" for documents no longer in ``library``),
     the unbacked sentences, the backing summary, rewrite, who wrote it, trace."""
-    as_lines = reads_lines(answer)
-    chips = cited_chips(answer)
+    as_lines = answer.reads_lines
+    chips = answer.citations
     if chips:
         labels = [chip_label(c, as_lines) for c in chips]
         removed = {label: is_removed(c.collection, library) for label, c in zip(labels, chips)}
@@ -611,8 +531,8 @@ def show_answer_details(answer: qa.Answer, key: str, show_trace: bool, library: 
             st.caption(f"⚠ *Not backed by the {unit} it cites:* {md(sentence.text)}")
         elif sentence.supported is False:
             st.caption(f"⚠ *No {unit} backs:* {md(sentence.text)}")
-    if summary := backing_summary(answer.sentences, chips, as_lines):
-        st.caption(summary)
+    if summary := checker.backing_summary(answer.sentences, chips, as_lines):
+        st.caption(md(summary))
     elif answer.sentences and not answer.refused:
         st.caption("Citations not checked: no sentence was long enough to judge")
     if answer.rewritten_query:

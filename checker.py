@@ -193,6 +193,71 @@ class CheckedSentence:
     fabricated: list[int] = field(default_factory=list)  # cited numbers that name no source
 
 
+# -----------------------------------------------------------------------------
+# Saying what was checked, beside the answer (the app and the exported chat)
+
+
+def marker(number: int, as_lines: bool) -> str:
+    """The marker the answer cites a source by: marker(2, True) -> "[L2]"; marker(2, False) -> "[2]"."""
+    return f"[L{number}]" if as_lines else f"[{number}]"
+
+
+def backing_summary(sentences: list[CheckedSentence], chips: list[Citation], as_lines: bool = True) -> str | None:
+    """One sentence beside the answer on what the checker found, in step with every ⚠ on screen: of the
+    sentences long enough to judge, how many a line (or passage) backs; ⚠ is named whenever one is shown,
+    on an unbacked sentence or on a chip (``chips``: those shown) of a cited source that does not back its
+    sentence; a backing the model did not cite is said to be inferred; a marker naming no source is said.
+    None when no sentence was judged.
+
+    backing_summary([CheckedSentence("It opened in 1889 [L1].", [Citation(1, "a.pdf", 3, "c", True)], True)], chips)
+      -> "The one checked sentence is backed by a line it cites."
+    """
+    judged = [s for s in sentences if s.supported is not None]
+    if not judged:
+        return None
+    unit = "line" if as_lines else "passage"
+    backed = [s for s in judged if s.supported]
+    inferred = sum(1 for s in backed if not any(c.verified and not c.inferred for c in s.citations))
+    if len(backed) == len(judged):
+        text = all_backed(len(judged), inferred, unit)
+        if any(not c.verified for c in chips):  # a supported sentence's chip: not "all backed" beside it
+            text += f" Yet ⚠ marks a cited {unit} that does not back the sentence citing it."
+    else:
+        text = some_backed(len(judged), len(backed), inferred, unit)
+    return text + unknown_markers(sentences, as_lines)
+
+
+def all_backed(judged: int, inferred: int, unit: str) -> str:
+    """all_backed(3, 0, "line") -> "Each of the 3 checked sentences is backed by a line it cites." """
+    subject = "The one checked sentence is" if judged == 1 else f"Each of the {judged} checked sentences is"
+    if not inferred:
+        return f"{subject} backed by a {unit} it cites."
+    if inferred == judged:
+        return f"{subject} backed by a {unit} the model did not cite (marked inferred)."
+    return f"{subject} backed by a {unit}, {inferred} of them by one the model did not cite (marked inferred)."
+
+
+def some_backed(judged: int, backed: int, inferred: int, unit: str) -> str:
+    """some_backed(3, 2, 0, "line") -> "2 of 3 checked sentences are backed by a cited line; ⚠ marks the other." """
+    if not backed:
+        return (f"The one checked sentence is not backed by any {unit}; ⚠ marks it." if judged == 1
+                else f"None of the {judged} checked sentences is backed by a {unit}; ⚠ marks each.")
+    verb = "is" if backed == 1 else "are"
+    how = f"a cited {unit}" if not inferred else f"a {unit} ({inferred} by one the model did not cite, marked inferred)"
+    others = "the other" if judged - backed == 1 else f"the other {judged - backed}"
+    return f"{backed} of {judged} checked sentences {verb} backed by {how}; ⚠ marks {others}."
+
+
+def unknown_markers(sentences: list[CheckedSentence], as_lines: bool) -> str:
+    """The markers in the answer that name no source it was given, said: " [L12] names no line the model read." """
+    numbers = sorted({n for s in sentences for n in s.fabricated})
+    if not numbers:
+        return ""
+    named = " and ".join(marker(n, as_lines) for n in numbers)
+    verb = "names" if len(numbers) == 1 else "name"
+    return f" {named} {verb} no {'line' if as_lines else 'passage'} the model read."
+
+
 # Currencies and units are capitalised without naming anything a passage must repeat ("Rs. 1,907.30").
 _UNIT_WORDS = set("rs inr usd us eur gbp jpy cny rmb chf aud cad sgd hkd mn bn "
                   "rupee rupees dollar dollars euro euros pound pounds yen yuan".split())

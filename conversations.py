@@ -46,7 +46,7 @@ from pathlib import Path
 
 import config
 import qa
-from checker import CheckedSentence, Citation
+from checker import CheckedSentence, Citation, backing_summary, marker
 from retriever import Hit
 from safe_text import md
 
@@ -376,8 +376,8 @@ def _answer_markdown(message: dict, library: set[str] | None) -> list[str]:
         check = "backed by the page" if citation.verified else "not backed by the page"
         if citation.inferred:
             check += ", inferred"
-        cited = f"- \\[{citation.number}\\] {_place(citation.doc_name, citation.page, citation.collection, library)} ({check})"
-        hit = next((h for h in answer.sources if (h.collection, h.page) == (citation.collection, citation.page)), None)
+        cited = f"- {md(marker(citation.number, answer.reads_lines))} {_place(citation.doc_name, citation.page, citation.collection, library)} ({check})"
+        hit = answer.cited(citation) if 1 <= citation.number <= len(answer.sources) else None
         if hit is not None:
             cited += "\n\n" + "\n".join("  " + q for q in _quote(_excerpt(hit.text)).split("\n"))
         out.append(("**Sources**\n\n" if number == 0 else "") + cited)
@@ -385,14 +385,12 @@ def _answer_markdown(message: dict, library: set[str] | None) -> list[str]:
     if unsupported:
         out.append("**Not backed by any page:**\n\n" + "\n".join(f"- {md(s)}" for s in unsupported))
     notes = []
-    if answer.confidence is not None:
-        notes.append(f"Confidence: {answer.confidence:.0%} of checked sentences are supported")
+    if summary := backing_summary(answer.sentences, answer.citations, answer.reads_lines):
+        notes.append(md(summary))
     if answer.rewritten_query:
         notes.append(f"Searched for: {md(answer.rewritten_query)}")
     if answer.model:
         notes.append(f"Written by {md(answer.model)}")
-    if answer.refused and answer.sources:
-        notes.append("Nearest passages: " + "; ".join(_place(h.doc_name, h.page, h.collection, library) for h in answer.sources))
     if notes:
         out.append("*" + " · ".join(notes) + "*")
     return out

@@ -286,6 +286,11 @@ class Answer:
                     seen[c.number] = c
         return sorted(seen.values(), key=lambda c: not c.verified)
 
+    @property
+    def reads_lines(self) -> bool:
+        """Whether the sources are evidence lines (cited [L1]..) rather than passages ([1]..)."""
+        return bool(self.sources) and all("kind" in h.trace for h in self.sources)
+
     def cited(self, citation: Citation) -> Hit:
         """The source a citation names: the line (or passage) the model read as [n]."""
         return self.sources[citation.number - 1]
@@ -310,7 +315,7 @@ def citation_json(citation: Citation, source: Hit) -> dict:
     """A citation as the API returns it: the document and page, whether the cited line backs the sentence,
     and that line's text and its span [start, end) in the page text (what a viewer highlights)."""
     return {"doc": citation.doc_name, "page": citation.page, "verified": citation.verified, "inferred": citation.inferred,
-            "number": citation.number, "marker": f"[L{citation.number}]" if source.trace.get("kind") else f"[{citation.number}]",
+            "number": citation.number, "marker": checker.marker(citation.number, "kind" in source.trace),
             "text": source.text, "start": source.start, "end": source.end}
 
 

@@ -14,6 +14,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
+import checker
 import config
 import ingest
 import models
@@ -213,7 +214,7 @@ SHORT = CheckedSentence("Yes.", [], None)
 
 
 def test_the_backing_summary_counts_the_checked_sentences_and_the_backed_ones():
-    summary = the_page().backing_summary
+    summary = checker.backing_summary
     assert summary([BACKED, SHORT], [BACKS]) == "The one checked sentence is backed by a line it cites."
     assert summary([BACKED, BACKED, SHORT], [BACKS]) == "Each of the 2 checked sentences is backed by a line it cites."
     assert summary([BACKED, BACKED, UNBACKED], [BACKS, WARNS]) == "2 of 3 checked sentences are backed by a cited line; ⚠ marks the other."
@@ -229,7 +230,7 @@ def test_the_backing_summary_counts_the_checked_sentences_and_the_backed_ones():
 def test_the_backing_summary_never_says_all_backed_beside_a_warning():
     """Whatever mix of sentences and chips: a ⚠ on screen (an unbacked sentence, or a chip of a cited line that
     does not back its sentence, even beside a backed one) is named in the summary; none shown, none named."""
-    summary = the_page().backing_summary
+    summary = checker.backing_summary
     both_cited = CheckedSentence("The railway reached the town in 1889 [L1][L2].", [BACKS, WARNS], True)
     said = summary([BACKED, both_cited], [BACKS, WARNS])  # every sentence backed, yet a ⚠ chip
     assert said.startswith("Each of the 2 checked sentences is backed") and "⚠ marks a cited line that does not back" in said

@@ -161,10 +161,11 @@ def test_markup_in_a_document_is_shown_as_text_and_fetches_nothing(app_url, list
     with browser_page(tmp_path) as page:
         upload_and_wait(page, app_url, pdf)
 
-        ask(page, "How do I configure a Kubernetes ingress controller?")  # off-topic: nearest passages listed
+        ask(page, "How do I configure a Kubernetes ingress controller?")  # off-topic: only the nearest lines, folded
         refusal = page.get_by_test_id("stChatMessage").last
-        expect(refusal).to_contain_text("Nearest passages", timeout=120_000)
-        expect(refusal).to_contain_text("What your documents say")  # the evidence lines of those pages: inert too
+        nearest = refusal.get_by_text("Nearest lines in your documents")
+        expect(nearest).to_be_visible(timeout=120_000)
+        nearest.click()  # the nearest lines of those pages: inert too
         expect(refusal).to_contain_text(literally(f"![chart](http://127.0.0.1:{port}/image?q=secret)"))
         expect(refusal).to_contain_text(literally(f"[the full report](http://127.0.0.1:{port}/link)"))
         expect(refusal).to_contain_text(literally(f'<img src="http://127.0.0.1:{port}/html">'))
