@@ -252,9 +252,10 @@ def runs_away(text: str) -> bool:
     Has the reply fallen into a loop? Small models sometimes repeat a fragment until the token budget
     ends ("[6,500] [10.500] [6,500] [10.500] …"), which costs minutes and shows nothing. True when the
     reply ends with one fragment repeated over at least 120 characters (four times at least), or with
-    200 characters without a letter."""
+    200 characters without a letter outside citation markers."""
     tail = text[-600:]
-    if len(tail) >= 200 and not re.search(r"[^\W\d_]", tail[-200:]):
+    # citation markers are no words: "[L1] 3,531 [L2] 11,303 [L3] …" says nothing either
+    if len(tail) >= 200 and not re.search(r"[^\W\d_]", strip_markers(tail[-200:])):
         return True
     return len(tail) >= 120 and any(tail.endswith(tail[-period:] * max(4, -(-120 // period))) for period in range(8, 151))
 

@@ -343,6 +343,7 @@ def test_a_reply_that_repeats_itself_is_stopped(facts, ollama_chat, monkeypatch)
     assert answer.text.startswith("The railway reached the town in 1889 [1].") and len(answer.text) < 400
     assert answer.citations[0].page == 3 and answer.citations[0].verified
     assert qa.runs_away("[76] [77] [78] [79] " * 12)  # 200 characters without a letter
+    assert qa.runs_away(" ".join(f"[L{i}] {i * 1234:,}" for i in range(1, 40)))  # nor any outside its line markers
     assert not qa.runs_away("| Net sales | 0 | 0 | 0 | 0 |") and not qa.runs_away("Revenue grew. " * 3)
     assert not qa.runs_away("")  # a stream that has not said anything yet has not looped
 
