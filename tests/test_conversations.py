@@ -143,8 +143,8 @@ def test_the_markdown_export_has_each_answer_with_its_document_page_passage_and_
     assert markdown.startswith(f"# {md(QUESTION)}\n") and f"## 1. {md(QUESTION)}" in markdown
     assert f"**Answer:** {md(reply['content'])}" in markdown
     citation = next(c for c in reply["answer"].citations if c.page == 3)
-    assert f"[{citation.number}] facts.pdf, page 3 (backed by the page" in text  # document and page
-    assert "> Chapter 3. The railway reached the town in 1889." in text  # the cited passage
+    assert f"[L{citation.number}] facts.pdf, page 3 (backed by the page" in text  # the line's marker, document and page
+    assert "> The railway reached the town in 1889." in text  # the cited line
     assert f"> {ANSWER_LINE}" in text and "— *facts.pdf, page 3*" in text  # the evidence lines
     assert "removed from the library" not in text
     assert f"## 2. {md(hostile)}" in markdown and not re.search(r"(?<!\\)[<!\[]", markdown)  # every < ! [ escaped: text, nothing live
@@ -217,7 +217,7 @@ def test_the_api_keeps_a_conversation_through_ask_and_shows_lists_renames_export
     assert export.headers["content-disposition"] == 'attachment; filename="Railway-notes.md"'
     text = shown(export.text)
     assert text.startswith("# Railway notes") and "facts.pdf, page 3" in text and f"> {ANSWER_LINE}" in text
-    assert "> Chapter 3. The railway reached the town in 1889." in text
+    assert re.search(r"\[L\d+\] facts\.pdf, page 3 \(backed by the page", text)  # the cited line's marker, document and page
 
     store = api_server[1]
     assert holding(store, "Railway notes") and holding(store, "how long did the trains take")
