@@ -21,10 +21,11 @@ Metrics at k: hit@k (a gold page is in the top k), recall@k (share of gold pages
 found), precision@k (share of the k pages that are gold), MRR (1 / rank of the
 first gold page, 0 if none in the top k).
 
-evidence@3 (hybrid only, per scope): ``evidence.best_lines`` on the hybrid hits ->
+evidence@3 (hybrid only, per scope): ``evidence.best_lines(n=3, more=7)`` on the hybrid hits ->
 the three lines the app shows -> the share of answerable questions with a gold
-evidence line among them. Only lines in the question's own document count, and a
-line counts by one of two rules:
+evidence line among them; evidence@8 the same over the first eight of the lines the model
+reads. Only lines in the question's own document count, and a line counts (the "overlap"
+judge) by one of two rules:
   - the question carries evidence quotes (FinanceBench's ``evidence``: [{"page", "text"}]):
     the line as its page prints it (``evidence.span_text``), cut into lower-cased ``\\w+``
     words, has at least half of its word 6-grams in one of the quotes, or (6 words or more) all
@@ -36,7 +37,12 @@ line counts by one of two rules:
     word or figure (not inside a longer one: a gold "12" is not in "1250"), within one
     line (``answer_in_texts``). Such a question is counted only when its answer is
     printed on a gold page by the same rule; how many qualify is reported.
-Questions neither rule can judge are left out of evidence@3 (``evidence_n`` says how
+The "states" judge (states@3, states@8) wants more: the line must also state something of
+the answer, i.e. where the gold answer holds a figure, print one of the answer's or the
+quotes' figures (``states_answer``): a label such as "Cash flows from operating activities:"
+overlaps the quote without stating anything. Both judges are reported side by side, overall,
+per category, per document type and per ``split`` (the fresh questions' held-out "fresh2").
+Questions neither rule can judge are left out of the evidence figures (``evidence_n`` says how
 many were counted). ``evaluation/eval_answers.py`` scores the lines shown with its answers by the
 same functions.
 
@@ -102,6 +108,8 @@ DEFAULT_QUESTIONS = Path(config.INPUT_DATA_DIR) / "eval_questions.json"
 EXTRACTORS = ["text", "layout"]  # values of the EXTRACTOR setting
 DEFAULT_STORE = config.BASE_DIR / "chroma_store_eval"
 EVIDENCE_AT = 3  # evidence@3: a gold evidence line among the first three lines shown
+EVIDENCE_READ = 8  # evidence@8: among the first eight of the lines the model reads (best_lines(n=3, more=7))
+JUDGES = ("overlap", "states")  # the line overlaps the gold; the line also states a figure of it (``states_answer``)
 NGRAM = 6  # words per n-gram when a line is matched against an evidence quote
 
 
@@ -268,10 +276,21 @@ def summarise(rows: list[dict], k: int) -> dict:
     mean = lambda key: round(sum(r[key] for r in rows) / n, 3) if n else 0.0  # noqa: E731
     out = {f"hit@{k}": mean("hit"), f"recall@{k}": mean("recall"), f"precision@{k}": mean("precision"), "mrr": mean("rr"), "n": n}
     if any("evidence" in r for r in rows):
-        judged = [r["evidence"] for r in rows if r.get("evidence") is not None]
-        out[f"evidence@{EVIDENCE_AT}"] = round(sum(judged) / len(judged), 3) if judged else None
-        out["evidence_n"] = len(judged)
+        for key in evidence_keys():
+            judged = [r[key] for r in rows if r.get(key) is not None]
+            out[key] = round(sum(judged) / len(judged), 3) if judged else None
+        out["evidence_n"] = sum(r.get("evidence") is not None for r in rows)
     return out
+
+
+def evidence_key(judge: str, at: int) -> str:
+    """The name of a figure: "evidence@3" (the overlap judge, the figure reported since issue 40), "states@8"."""
+    return f"{'evidence' if judge == 'overlap' else judge}@{at}"
+
+
+def evidence_keys() -> list[str]:
+    """Every evidence figure a hybrid row carries: each judge at 3 (shown) and 8 (read)."""
+    return [evidence_key(judge, at) for judge in JUDGES for at in (EVIDENCE_AT, EVIDENCE_READ)]
 
 
 def words(text: str) -> list[str]:
@@ -321,6 +340,43 @@ def answer_in_texts(answer: str, texts: list[str]) -> bool:
     return any(pattern.search(" ".join(text.lower().split())) for text in texts)
 
 
+# a figure as printed: "7,802", "(1,670)", "$6,132", "37%", "8.70"; a bare year ("2022") is a period, no figure
+_FIGURE = re.compile(r"(?<![\w.])\$?\(?(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?\)?%?(?![\w])")
+
+
+def figures(text: str) -> set[str]:
+    """The figures ``text`` prints, normalised (no "$", "," or brackets; "150.0" -> "150"), years and single digits
+    left out: a year names the period a label covers, and a lone digit is a footnote or a count as often as a figure.
+
+    figures("Net cash 7,802 (1,670) in 2022; 37% of $150.0 billion") -> {"7802", "1670", "37", "150"}
+    """
+    out = set()
+    for whole, decimals in _FIGURE.findall(text):
+        digits = whole.replace(",", "")
+        if "," not in whole and not decimals and (len(digits) < 2 or (len(digits) == 4 and 1900 <= int(digits) <= 2100)):
+            continue
+        value = f"{digits}{decimals}".rstrip("0").rstrip(".") if decimals else digits
+        out.add(value)
+    return out
+
+
+def states_answer(printed: str, quotes: list[str], answer: str) -> bool:
+    """A line is evidence only if it states something of the answer, not only the words that label it.
+
+    ``printed`` (the line as its page prints it) must overlap a gold quote (``line_in_quotes``), or print the
+    gold ``answer`` (``answer_in_texts``) when there are no quotes; and where the gold holds figures (its answer
+    or quotes print one), the line must print one of them: "Cash flows from operating activities:" labels
+    the figure without stating it.
+
+    states_answer("Net cash provided by operating activities 7,802 9,221", [quote], "$7,802 million") -> True
+    states_answer("Cash flows from operating activities:", [quote], "$7,802 million") -> False
+    """
+    if not (line_in_quotes(printed, quotes) if quotes else answer_in_texts(answer, [printed])):
+        return False
+    wanted = figures(answer) | {f for quote in quotes for f in figures(quote)} if figures(answer) else set()
+    return not wanted or bool(figures(printed) & wanted)
+
+
 def evidence_quotes(q: dict) -> list[str]:
     """The question's evidence quotes (FinanceBench), else []."""
     return [e["text"] for e in q.get("evidence") or [] if e.get("text")]
@@ -337,15 +393,22 @@ def evidence_countable(q: dict, gold_texts: list[str]) -> bool:
     return bool(q["pages"]) and (bool(evidence_quotes(q)) or answer_in_texts(q.get("answer") or "", gold_texts))
 
 
-def evidence_shown(q: dict, lines: list[Hit], collection: str, retriever: Retriever) -> bool:
-    """Is a gold evidence line among the first EVIDENCE_AT ``lines`` (only lines of the question's document,
-    ``collection``, count): by ``line_in_quotes`` when ``q`` carries quotes, else by ``answer_in_texts``
-    on each line's as-read and printed text. See the module docstring."""
-    own = [line for line in lines[:EVIDENCE_AT] if line.collection == collection]
+def evidence_shown(q: dict, lines: list[Hit], collection: str, retriever: Retriever, at: int = EVIDENCE_AT,
+                   judge: str = "overlap") -> bool:
+    """Is a gold evidence line among the first ``at`` ``lines`` (only lines of the question's document,
+    ``collection``, count). The "overlap" judge: by ``line_in_quotes`` when ``q`` carries quotes, else by
+    ``answer_in_texts`` on each line's as-read and printed text. The "states" judge: by ``states_answer``
+    (the overlap, and a figure of the gold where it has one). See the module docstring."""
+    own = [line for line in lines[:at] if line.collection == collection]
     printed = [evidence.span_text(line, retriever) for line in own]
-    if quotes := evidence_quotes(q):
+    quotes, answer = evidence_quotes(q), str(q.get("answer") or "")
+    if judge == "states":
+        # the as-read text too, as the overlap judge reads it when there are no quotes (a row's heads name its answer)
+        texts = printed if quotes else printed + [line.text for line in own]
+        return any(states_answer(text, quotes, answer) for text in texts)
+    if quotes:
         return any(line_in_quotes(text, quotes) for text in printed)
-    return answer_in_texts(q.get("answer") or "", [line.text for line in own] + printed)
+    return answer_in_texts(answer, [line.text for line in own] + printed)
 
 
 def first_gold_rank(ranking: list[tuple[str, int]], gold: set[tuple[str, int]]) -> int | None:
@@ -408,16 +471,17 @@ def run_ablation(retriever: Retriever, questions: list[dict], collections: dict[
         scope = question_scope(q, scope_name, collections, doc_types)
         gold = {(collections[q["doc"]], p) for p in q["pages"]}
         hits = retriever.search(q["question"], k=k, scope=scope, steps=steps)
-        row = {"category": q["category"], "doc_type": doc_types.get(q["doc"], "unknown"),
+        row = {"category": q["category"], "doc_type": doc_types.get(q["doc"], "unknown"), "split": q.get("split") or "-",
                **page_metrics([(h.collection, h.page) for h in hits], gold, k)}
         out.append((q, hits, row))
     return out
 
 
 def summary_with_breakdowns(rows: list[dict], k: int) -> dict:
-    """Overall metrics plus the same per evidence category and per document type."""
+    """Overall metrics plus the same per evidence category, per document type and per ``split`` field (the
+    fresh questions' held-out "fresh2")."""
     breakdowns = {}
-    for field_name in ("category", "doc_type"):
+    for field_name in ("category", "doc_type", "split"):
         groups = defaultdict(list)
         for row in rows:
             groups[row[field_name]].append(row)
@@ -445,12 +509,18 @@ def evaluate(retriever: Retriever, questions: list[dict], collections: dict[str,
                 for q, hits, row in tqdm(runs, desc=f"{scope_name}/evidence", unit="q", leave=False):
                     scope = question_scope(q, scope_name, collections, doc_types)
                     gold = {(collections[q["doc"]], p) for p in q["pages"]}
-                    lines = evidence.best_lines(q["question"], retriever.load_pages(hits), retriever, n=EVIDENCE_AT)
-                    row["evidence"] = int(evidence_shown(q, lines, collections[q["doc"]], retriever)) if countable[id(q)] else None
+                    lines = evidence.best_lines(q["question"], retriever.load_pages(hits), retriever, n=EVIDENCE_AT,
+                                                more=EVIDENCE_READ - EVIDENCE_AT)  # the first 3 are those shown
+                    for judge in JUDGES:
+                        for at in (EVIDENCE_AT, EVIDENCE_READ):
+                            row[evidence_key(judge, at)] = (int(evidence_shown(q, lines, collections[q["doc"]], retriever, at, judge))
+                                                            if countable[id(q)] else None)
+                    row["evidence"] = row[evidence_key("overlap", EVIDENCE_AT)]  # the figure's name before both judges
                     results["per_question"].append(
                         {"scope": scope_name, "question": q["question"], "doc": q["doc"], "gold_pages": q["pages"],
                          "retrieved": [h.page for h in hits], **row,
-                         "evidence_lines": [{"doc": h.doc_name, "page": h.page, "text": h.text} for h in lines],
+                         "evidence_lines": [{"doc": h.doc_name, "page": h.page, "text": h.text,
+                                             "printed": evidence.span_text(h, retriever)} for h in lines],
                          **diagnose(retriever, q, scope, gold, hits, texts_by_doc[q["doc"]])}
                     )
             results["ablations"][f"{scope_name}/{ablation}"] = summary_with_breakdowns([row for _, _, row in runs], k)
@@ -507,9 +577,10 @@ def top_similarity_gap(retriever, answerable, unanswerable, collections, scope_n
 
 
 def metrics_table(results: dict) -> str:
-    """One row per scope/ablation; evidence@3 (hybrid only, "-" elsewhere) beside hit@k."""
+    """One row per scope/ablation; the evidence figures (hybrid only, "-" elsewhere) beside hit@k: evidence@3 and @8
+    by the overlap judge, states@3 and @8 by the judge that wants a figure of the gold stated."""
     k = results["k"]
-    keys = [f"hit@{k}", f"evidence@{EVIDENCE_AT}", f"recall@{k}", f"precision@{k}", "mrr", "n", "evidence_n"]
+    keys = [f"hit@{k}", *evidence_keys(), f"recall@{k}", f"precision@{k}", "mrr", "n", "evidence_n"]
     lines = ["| run | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
     for name, m in results["ablations"].items():
         lines.append(f"| {name} | " + " | ".join(str(m.get(key, "-")) for key in keys) + " |")
@@ -538,15 +609,16 @@ def category_table(results: dict) -> str:
 
 def markdown_report(results: dict, questions_path: Path) -> str:
     k = results["k"]
-    ev = f"evidence@{EVIDENCE_AT}"
+    evs = evidence_keys()
     parts = [f"# Retrieval evaluation: {questions_path.name}", "", metrics_table(results), "", evidence_note(results), ""]
     for name, m in results["ablations"].items():
         if name.endswith("/hybrid"):
-            parts += [f"## {name} by category", "", f"| category | hit@{k} | {ev} | recall@{k} | mrr | n | evidence_n |",
-                      "|---|---|---|---|---|---|---|"]
-            parts += [f"| {c} | {v[f'hit@{k}']} | {v[ev]} | {v[f'recall@{k}']} | {v['mrr']} | {v['n']} | {v['evidence_n']} |"
-                      for c, v in m["by_category"].items()]
-            parts.append("")
+            for by in ("category", "split"):
+                parts += [f"## {name} by {by}", "", f"| {by} | hit@{k} | " + " | ".join(evs) + f" | recall@{k} | mrr | n | evidence_n |",
+                          "|---" * (len(evs) + 6) + "|"]
+                parts += [f"| {c} | {v[f'hit@{k}']} | " + " | ".join(str(v[e]) for e in evs)
+                          + f" | {v[f'recall@{k}']} | {v['mrr']} | {v['n']} | {v['evidence_n']} |" for c, v in m[f"by_{by}"].items()]
+                parts.append("")
     parts += ["## Unanswerable questions", "", "```", json.dumps(results["unanswerable"], indent=2), "```", ""]
     misses = [r for r in results["per_question"] if not r["hit"]]
     parts += [f"## Misses (hybrid): {len(misses)}", "", "| scope | doc | question | gold | got | sem rank | bm25 rank | overlap | near |", "|---|---|---|---|---|---|---|---|---|"]
@@ -560,7 +632,7 @@ def markdown_report(results: dict, questions_path: Path) -> str:
     parts += ["", f"## Evidence misses (hybrid, a gold page in the top {k}): {len(unshown)}", "",
               "| scope | doc | question | gold | lines shown (page: text) |", "|---|---|---|---|---|"]
     for r in unshown:
-        shown = " / ".join(f"{line['page']}: {line['text'][:70]}" for line in r["evidence_lines"]).replace("|", "/")
+        shown = " / ".join(f"{line['page']}: {line['text'][:70]}" for line in r["evidence_lines"][:EVIDENCE_AT]).replace("|", "/")
         parts.append(f"| {r['scope']} | {r['doc'][:25]} | {r['question'].replace('|', '/')[:90]} | {r['gold_pages']} | {shown} |")
     return "\n".join(parts) + "\n"
 

@@ -13,7 +13,8 @@ from conftest import REPO, write_text_pdf
 
 import eval_retrieval
 import ingest
-from eval_retrieval import abbreviate_names, answer_in_texts, line_in_quotes, perturb, reword_years, split_questions
+from eval_retrieval import (abbreviate_names, answer_in_texts, figures, line_in_quotes, perturb, reword_years, split_questions,
+                            states_answer)
 from retriever import Retriever
 
 
@@ -63,6 +64,24 @@ def test_the_answer_string_rule_ignores_case_and_whitespace_but_not_word_edges()
     assert not answer_in_texts("", ["anything"])
 
 
+def test_a_line_states_the_answer_only_with_a_figure_of_the_gold_where_it_has_one():
+    quote = "Cash Flows from Operating Activities\nNet cash provided by operating activities\n \n7,802 \n9,221 \n8,183"
+    assert figures("Net cash 7,802 (1,670) in 2022; 37% of $150.0 billion, note 5") == {"7802", "1670", "37", "150"}
+    assert figures("$1577.00") == figures("1,577") == {"1577"}  # the same figure, however printed
+    # the label overlaps the quote (the overlap judge counts it) but states no figure
+    assert line_in_quotes("Cash Flows from Operating Activities", [quote])
+    assert not states_answer("Cash Flows from Operating Activities", [quote], "$7,802 million")
+    assert not states_answer("Cash Flows from Operating Activities 2022 2021", [quote], "$7,802 million")  # years are no figures
+    assert states_answer("Net cash provided by operating activities 7,802 9,221", [quote], "$7,802 million")
+    # a figure the answer is computed from, printed in the quote, states part of it
+    assert states_answer("Net cash provided by operating activities 7,802 9,221", [quote], "Free cash flow was $6,132 million")
+    # a gold without figures: the overlap is all there is to ask
+    assert states_answer("Cash Flows from Operating Activities", [quote], "Yes, it is healthy")
+    # no quotes: the answer printed in the line
+    assert states_answer("Foreign born: 795 · Interviewed by cellphone: 1,051", [], "1,051")
+    assert not states_answer("Interviewed by cellphone", [], "1,051")
+
+
 # One page, three sentences: the app's three evidence lines are all of them, whatever their order.
 PAGE = ("The lighthouse keeper of Port Elwin was Margaret Tolland. "
         "She kept the lamp burning for forty-one winters without missing a night. "
@@ -102,10 +121,13 @@ def test_evaluate_reports_evidence_at_3_as_the_inputs_imply(tmp_path, store, emb
         assert "evidence@3" not in results["ablations"][f"{scope}/bm25"]  # only hybrid is scored for evidence
     rows = [r for r in results["per_question"] if r["scope"] == "doc"]
     assert [r["evidence"] for r in rows] == [1, 0, 1, None]
-    assert all(len(r["evidence_lines"]) == 3 for r in rows)
+    assert all(len(r["evidence_lines"]) == 3 for r in rows)  # the page has three lines: no more to read
+    # a page of prose without figures: both judges agree, and all its lines are among the first 8 as among the first 3
+    for key in ("evidence@3", "evidence@8", "states@3", "states@8"):
+        assert [r[key] for r in rows] == [1, 0, 1, None]
 
     table = eval_retrieval.metrics_table(results)
-    assert "| hit@2 | evidence@3 |" in table and "| doc/hybrid | 1.0 | 0.667 |" in table
+    assert "| hit@2 | evidence@3 | evidence@8 | states@3 | states@8 |" in table and "| doc/hybrid | 1.0 | 0.667 |" in table
     [bm25] = [line.split("|") for line in table.splitlines() if line.startswith("| doc/bm25 |")]
     assert bm25[3].strip() == "-"
     report = eval_retrieval.markdown_report(results, tmp_path / "questions.jsonl")
