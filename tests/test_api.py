@@ -274,7 +274,7 @@ def test_ask_answers_as_json_with_a_verified_page_citation_and_the_evidence_line
     cited = next(c for c in answer["citations"] if c["page"] == 3 and c["verified"])
     assert cited["doc"] == "facts.pdf" and "railway reached the town in 1889" in cited["passage"]
     # the cited line itself, and where it stands on its page (what a viewer highlights)
-    assert cited["text"] == cited["passage"] == answer["sources"][cited["number"] - 1]["text"]
+    assert cited["text"] == cited["passage"] == answer["sources"][cited["number"] - 1]["passage"]
     source = answer["sources"][cited["number"] - 1]
     assert 0 <= cited["start"] < cited["end"] and (cited["start"], cited["end"]) == (source["start"], source["end"])
     assert answer["confidence"] is not None and answer["rewritten_query"] is None
