@@ -174,8 +174,8 @@ def test_markup_in_a_document_is_shown_as_text_and_fetches_nothing(app_url, list
         expect(chip).to_be_visible(timeout=240_000)
         chip.click()
         expect(page.get_by_test_id("stImage").locator("img").last).to_be_visible(timeout=60_000)
-        passage = page.get_by_test_id("stChatMessage").last
-        expect(passage).to_contain_text(literally(f'<a href="http://127.0.0.1:{port}/a">more</a>'))
+        cited = page.get_by_test_id("stChatMessage").last  # the cited line beside its page: the line, as text
+        expect(cited).to_contain_text("hostile.pdf, page 3")
         assert_nothing_live(page, port, requests)
 
 
