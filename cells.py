@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import calc
 import rules
 from pages import row_cells, unit_above
-from text_utils import POSSESSIVE, YEAR_TOKEN, YEAR_WORDED, tokenize, years_in, years_named
+from text_utils import POSSESSIVE, YEAR_TOKEN, YEAR_WORDED, tokenize, without_s, years_in, years_named
 
 if TYPE_CHECKING:
     from retriever import Hit
@@ -49,11 +49,11 @@ class Cell:
     unit: str = ""
 
 
-def row_parts(line: Hit) -> tuple[str, list[tuple[str, str]], str]:
-    """A row line's label, its (column head, value) cells and its unit, as evidence.py wrote them.
+def row_parts(line: Hit) -> tuple[str, str, list[tuple[str, str]], str]:
+    """A row line's heading, label, (column head, value) cells and unit, as evidence.py wrote them.
 
     row_parts(Hit(text="Balance · Cash · 2019: 5 · 2018: 6 · (In millions)", trace={"label": "Cash"}, ...))
-      -> ("Cash", [("2019", "5"), ("2018", "6")], "(In millions)")
+      -> ("Balance", "Cash", [("2019", "5"), ("2018", "6")], "(In millions)")
     """
     label = line.trace.get("label", "")
     parts = line.text.split(" · ")
@@ -62,13 +62,13 @@ def row_parts(line: Hit) -> tuple[str, list[tuple[str, str]], str]:
     heading = " · ".join(parts[: parts.index(label)]) if label in parts else ""
     # evidence.py adds the table's unit last, unless its heading says it already
     unit = after.split(" · ")[-1] if cells and not row_cells(after.split(" · ")[-1]) else unit_above(heading, len(heading))
-    return label, cells, unit
+    return heading, label, cells, unit
 
 
 def words_of(text: str) -> set[str]:
     """Lower-cased content words, a plural's "s" dropped, so "assets" names "Asset"."""
     text = re.sub(POSSESSIVE + r"\b", "", text)  # "ACME's" is ACME
-    return {w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else w for w in tokenize(text)}
+    return {without_s(w) for w in tokenize(text)}
 
 
 def names_column(head: str, asked: set[str], years: set[str]) -> bool:
@@ -103,7 +103,7 @@ def named_cell(question: str, lines: list[Hit]) -> Cell | None:
     asked, years = words_of(YEAR_WORDED.sub(" ", question)), set(years_named(question))  # "FY2019" names a year, no word
     found: list[tuple[int, Cell]] = []  # (label words named, cell)
     for number, line in enumerate(lines, 1):
-        label, cells, unit = row_parts(line)
+        heading, label, cells, unit = row_parts(line)
         label_words = words_of(label)
         if line.trace.get("kind") != "row" or not label_words or not label_words <= asked:
             continue
@@ -111,8 +111,6 @@ def named_cell(question: str, lines: list[Hit]) -> Cell | None:
         if len(named) != 1:
             continue
         head, value = named[0]
-        parts = line.text.split(" · ")
-        heading = " ".join(parts[: parts.index(label)]) if label in parts else ""
         accounted = label_words | words_of(head) | words_of(heading) | words_of(unit) | LOOKUP_WORDS | years
         document = re.sub(r"[^a-z]", "", line.doc_name.lower())
         if any(word not in accounted and word not in document and not YEAR_TOKEN.match(word) for word in asked):

@@ -57,7 +57,7 @@ import config
 import rules
 from pages import row_cells
 from text_utils import (FIGURES_LINE, NAME_RUN, WRITTEN_WORD, YEAR_SPAN, YEAR_TOKEN, one_year_spans, is_table_row, months_in,
-                        numbers_in, sentence_spans, table_cells, tokenize, without_possessive, years_in)
+                        numbers_in, sentence_spans, table_cells, tokenize, without_possessive, without_s, years_in)
 
 if TYPE_CHECKING:
     from retriever import Hit
@@ -768,11 +768,6 @@ _LINES_ABOVE = 3  # a label stands on a line above its value ("Wi-Fi Connect" / 
 _PAGE_BY_POSITION = re.compile(r"\b(?:first|second|third|fourth|fifth|last|\d+(?:st|nd|rd|th))\s+(?:page|slide)s?\b", re.I)
 
 
-def _stem(word: str) -> str:
-    """A plural or third-person "s" dropped, enough to see a restated question ("uses" is "use")."""
-    return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
-
-
 @rules.switch("restated_question", stand_in=False)
 def answer_beside_question(claim: str, passage: str, question: str) -> bool:
     """Rule: a sentence restating the question is backed when what it adds stands on the page beside what was asked.
@@ -793,11 +788,11 @@ def answer_beside_question(claim: str, passage: str, question: str) -> bool:
     if (rules.on("no_side_by_side_for_ranks") and _RANK_OR_COUNT.search(where)) or (
             rules.on("no_side_by_side_for_colours") and _COLOUR.search(where)):
         return False
-    asked = {_stem(w) for w in tokenize(_REFERENCE.sub(" ", where))}
-    added = {_stem(w) for w in tokenize(claim)} - {_stem(w) for w in tokenize(question)}
-    page_words = {_stem(w) for w in tokenize(passage)}
+    asked = {without_s(w) for w in tokenize(_REFERENCE.sub(" ", where))}
+    added = {without_s(w) for w in tokenize(claim)} - {without_s(w) for w in tokenize(question)}
+    page_words = {without_s(w) for w in tokenize(passage)}
     on_page = asked & page_words
-    names = {_stem(w) for w in tokenize(" ".join(names_in(question)))}  # what picks the item: "Safety Connect"
+    names = {without_s(w) for w in tokenize(" ".join(names_in(question)))}  # what picks the item: "Safety Connect"
     if not added or not on_page or not names <= page_words:
         return False
     # a name stands above its role ("Rick Scott" / "GOVERNOR"); a figure belongs to the label above it,
@@ -805,9 +800,9 @@ def answer_beside_question(claim: str, passage: str, question: str) -> bool:
     below = 0 if numbers_in(" ".join(added)) else 1
     lines = passage.split("\n")
     for i, line in enumerate(lines):
-        if not added & {_stem(w) for w in tokenize(line)}:
+        if not added & {without_s(w) for w in tokenize(line)}:
             continue
-        place = {_stem(w) for w in tokenize("\n".join(lines[max(0, i - _LINES_ABOVE):i + 1 + below]))}
+        place = {without_s(w) for w in tokenize("\n".join(lines[max(0, i - _LINES_ABOVE):i + 1 + below]))}
         if added <= place and names <= place and len(place & on_page) * 2 >= len(on_page):
             return True
     return False

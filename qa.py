@@ -435,7 +435,7 @@ def ask(
             return AnswerStream(iter([text]), finish, answer.evidence)
         if cell := cells.named_cell(parsed.query, answer.evidence):
             text, answer.sources = cells.cell_answer(cell), answer.evidence
-            log.info("Read in code: the cell %r of the row on p.%d, no model call", cell.column, cell.line.page)
+            log.info("Read in code: a table cell on p.%d, no model call", cell.line.page)  # the page's words stay out of the log
             return AnswerStream(iter([text]), finish, answer.evidence)
     as_lines = passages is None and config.ANSWER_CONTEXT == "lines" and bool(answer.evidence)  # passages given are read as given
     if as_lines:

@@ -169,6 +169,14 @@ def initials(text: str) -> list[str]:
     return [letters for letters, _ in names_with_initials(text)]
 
 
+def without_s(word: str) -> str:
+    """A plural or third-person "s" dropped: enough to see "assets" name "Asset", "uses" restate "use".
+
+    without_s("assets") -> "asset"; without_s("loss") -> "loss"; without_s("gas") -> "gas"
+    """
+    return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
+
+
 def without_possessive(word: str) -> str:
     """without_possessive("Costco’s") -> "Costco"; without_possessive("COSTCO'S") -> "COSTCO'S" (lower-case "s" only)"""
     return _POSSESSIVE_END.sub("", word)

@@ -20,7 +20,7 @@ TOTAL = Hit("2", "c", "ACME_2019_10K.pdf", 5, 0, 9, "Balance Sheets · Total ass
 
 
 def test_a_row_line_reads_as_its_label_cells_and_unit():
-    assert cells.row_parts(CURRENT) == ("Total current assets", [("2019", "16,525"), ("2018", "15,134")], "(In millions)")
+    assert cells.row_parts(CURRENT) == ("Balance Sheets", "Total current assets", [("2019", "16,525"), ("2018", "15,134")], "(In millions)")
 
 
 def test_the_cell_named_by_row_and_column_is_read_with_its_row_cited():

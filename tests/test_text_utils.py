@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from text_utils import (LETTER_RUN, WORD, WRITTEN_WORD, YEAR_SPAN, acronyms_written, one_year_spans, initials, is_period_cell,
+from text_utils import (without_s, LETTER_RUN, WORD, WRITTEN_WORD, YEAR_SPAN, acronyms_written, one_year_spans, initials, is_period_cell,
                         is_table_row, keyword_tokens, months_in, numbers_in, sentence_spans, table_cells, tokenize,
                         without_possessive, year_of_line, years_in, years_named)
 
@@ -148,3 +148,7 @@ def test_latin_words_inside_japanese_are_read_as_words():
 
 def test_german_capitalised_nouns_make_no_initials_but_capitals_stay_acronyms():
     assert keyword_tokens("Neue Pakete mit APT", "de") == ["neu", "pak", "apt", "^apt"]
+
+
+def test_a_plural_s_is_dropped_but_not_a_double_s_or_a_short_word():
+    assert [without_s(w) for w in ("assets", "uses", "loss", "gas")] == ["asset", "use", "loss", "gas"]
