@@ -1,7 +1,9 @@
 """Find the lines in the best pages that answer the question: the evidence shown before any model speaks.
 
-    the loaded pages (retriever.load_pages, best first), each cut into lines (lines.py)
-      -> how many lines each page shows, in search order: half of those still to show (3 -> 2 + 1)
+    the loaded pages (retriever.load_pages, best first), each cut into lines (pages.py); a line
+    printed twice is read once
+      -> how many lines each page shows, in search order: half of those still to show (3 -> 2 + 1);
+         with ``more``, the further lines the model reads, chosen the same way after the first ``n``
       -> rankings of the lines of those pages, as for pages (retriever.line_scores, one visit):
            keywords   BM25 over those lines (the question's words, numbers, years; a word printed on
                       most of a document's pages, like its company's name, left out)
@@ -10,7 +12,8 @@
            marked     those lines, in keyword order
       -> Reciprocal Rank Fusion of them; each page shows its best lines
       -> each line a Hit whose [start, end) is the line's span on its page (for highlighting)
-         and whose text is the line as read (row label, column heads, heading)
+         and whose text is the line as read (heading, row label, column heads, the table's unit);
+         its trace keeps its kind, a row's label and a sentence's sentence before (for the prompt)
 
 Retrieval finds the right page most of the time; the small model then often fails to read the line
 that answers from it. Showing the lines themselves, in well under a second, gives the person the answer

@@ -11,6 +11,8 @@
                  ("Purchases of PP&E\\n(1,577)\\n(1,373)"), or a Markdown row; read with its column
                  heads ("2018: (1,577) · 2017: (1,373)") and the table's heading above it
     -> [Line(start, end, kind, text, label)]: the span on the page (for highlighting) and the line as read
+    row line      -> row_cells()   its (column head, value) cells read back (the checker, cells.py)
+    page, offset  -> unit_above()  the unit its table is printed in ("(In millions)")
 
 Plain ``re`` on the page text; nothing here knows the store or a model.
 """
