@@ -78,7 +78,7 @@ import preview
 
 from server import openai_compat
 from server.access import AccessCheck, BodyLimit
-from server.answers import queue_question
+from server.answers import answer_unless_gone, queue_question
 from server.errors import ApiError, error_response, sse, status_and_message, validation_message
 from server.jobs import IngestJob
 from server.library import Lib, Library
@@ -112,7 +112,7 @@ app.include_router(openai_compat.router)
 
 @app.exception_handler(ApiError)
 async def _api_error(request: Request, err: ApiError) -> JSONResponse:
-    return error_response(err.status, err.message)
+    return error_response(err.status, err.message, getattr(err, "headers", None))
 
 
 @app.exception_handler(RequestValidationError)
@@ -347,7 +347,7 @@ def chat_models(lib: Lib) -> dict:
 
 
 @app.post("/api/ask", tags=["answers"])
-async def ask(lib: Lib, body: AskRequest) -> Response:
+async def ask(lib: Lib, body: AskRequest, request: Request) -> Response:
     """Answer from the library with checked page citations, as JSON or as server-sent events;
     by the model ``"model"`` names (an id from /api/models), else the settings' model. The answer's
     ``model`` is the label of the model that wrote it, ``model_id`` its id. With ``"conversation"`` the
@@ -358,7 +358,8 @@ async def ask(lib: Lib, body: AskRequest) -> Response:
         history = history or conversations.history(kept.messages)
     job = await queue_question(lib, body.question, history, body.documents, body.k, body.model, body.conversation)
     if not body.stream:
-        return JSONResponse(await job.result())
+        answer = await answer_unless_gone(job, request)
+        return JSONResponse(answer) if answer is not None else Response(status_code=499)  # nobody reads it
 
     async def events() -> AsyncIterator[bytes]:
         async for kind, data in job.stream():
@@ -472,6 +473,7 @@ def health(lib: Lib) -> JSONResponse:
         "store": store,
         "chat_model": chat,
         "embedder": models.embedder_name(lib.embedder),
+        "questions": lib.answers.questions_json(),
         "ollama": {"url": config.OLLAMA_BASE_URL, "reachable": models.ollama_models() is not None},
     }
     return JSONResponse(body, status_code=200 if store["ok"] else 503)

@@ -136,12 +136,17 @@ EMBED_BATCH_SIZE = _env("EMBED_BATCH_SIZE", 16)  # passages embedded together
 EMBED_THREADS = _env("EMBED_THREADS", os.cpu_count() or 2)
 PAGE_BATCH_SIZE = _env("PAGE_BATCH_SIZE", 32)  # pages extracted+embedded+written together
 PROGRESS_EMBED_CHUNKS = _env("PROGRESS_EMBED_CHUNKS", 64)  # passages embedded between two progress updates
+# Rows one store write carries at most (add, update): the store's own limit (5,461 for the on-disk store) when lower.
+STORE_WRITE_BATCH = _env("STORE_WRITE_BATCH", 1000)
 EVIDENCE_CACHE_LINES = _env("EVIDENCE_CACHE_LINES", 50000)  # line vectors kept in memory (~1.5 KB each)
 
 # -----------------------------------------------------------------------------
 # Files and how their pages are read
 MAX_FILE_MB = _env("MAX_FILE_MB", 200)  # larger files are refused
 MAX_PAGES = _env("MAX_PAGES", 3000)  # longer files are refused
+# A page's text past this many characters is left out (and said so, per page): the densest of 10,062 bench
+# pages holds 15,867; one page with megabytes of text would take minutes to embed and overflow a store write.
+MAX_PAGE_CHARS = _env("MAX_PAGE_CHARS", 50000)
 # A damaged file (pages that cannot be read, e.g. cut short) is refused; true keeps its readable pages.
 KEEP_READABLE_PAGES = _env("KEEP_READABLE_PAGES", False)
 OCR_ENGINE = _env("OCR_ENGINE", "auto")  # auto | rapidocr | tesseract | none
@@ -184,6 +189,7 @@ API_MAX_K = _env("API_MAX_K", 20)  # the largest k a client may ask for
 API_MAX_FILES = _env("API_MAX_FILES", 100)  # PDFs per upload request
 API_MAX_REQUEST_MB = _env("API_MAX_REQUEST_MB", 500)  # one upload request, all its files together (413, counted as it arrives)
 API_MAX_JSON_MB = _env("API_MAX_JSON_MB", 10)  # any other request body (a question, a search...)
+API_MAX_WAITING = _env("API_MAX_WAITING", 8)  # questions waiting for an answer; one more is a 503 with Retry-After
 API_JOB_KEEP_SECONDS = _env("API_JOB_KEEP_SECONDS", 3600)  # a finished upload job is forgotten this long after it ends
 API_JOB_KEEP_COUNT = _env("API_JOB_KEEP_COUNT", 1000)  # ...or sooner, beyond this many finished jobs (oldest first)
 

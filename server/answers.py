@@ -1,19 +1,29 @@
 """Answers: questions queued to one worker thread, first come first served, each answered by qa.ask.
 
-    queue_question (checks question, model, scope) -> AnswerJob -> AnswerWorker thread: qa.ask
+    queue_question (checks question, model, scope) -> AnswerJob -> WaitingQuestions (at most
+      API_MAX_WAITING; beyond, a 503 with Retry-After) -> AnswerWorker thread: qa.ask
       -> events into the asking request's event loop: queued, evidence, token..., answer (or error)
       -> save_exchange keeps it in the conversation the request named
+
+A question whose client has gone is cancelled wherever it is: it leaves the waiting line (so it
+delays no one), or the model stops at its next token. A streamed reply notices the hang-up itself;
+a JSON reply is watched by ``answer_unless_gone``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import queue
+import math
+import statistics
 import threading
-from collections.abc import AsyncIterator
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing, closing
 from dataclasses import dataclass
+
+from starlette.requests import Request
 from typing import TYPE_CHECKING
 
 import config
@@ -84,6 +94,81 @@ class AnswerJob:
         raise ApiError(500, "The answer stream ended early.")
 
 
+class ServerBusy(ApiError):
+    """The waiting line is full: a 503 whose Retry-After says when to try again."""
+
+    def __init__(self, waiting: int, retry_after: int):
+        super().__init__(503, (
+            f"The server is busy: {waiting} questions are waiting for an answer, the most it keeps "
+            f"(setting API_MAX_WAITING). Ask again in about {retry_after} s."
+        ))
+        self.headers = {"Retry-After": str(retry_after)}
+
+
+class WaitingQuestions:
+    """The questions waiting for the answer worker, oldest first, at most ``limit`` of them.
+    A cancelled question (its client has gone) is no longer waiting: it is neither counted nor answered."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self._jobs: deque[AnswerJob] = deque()
+        self._changed = threading.Condition()
+        self.dropped = 0  # questions that left the line because their client had gone
+
+    def _drop_cancelled(self) -> None:
+        """Called with the condition held."""
+        kept = deque(job for job in self._jobs if not job.cancelled.is_set())
+        self.dropped += len(self._jobs) - len(kept)
+        self._jobs = kept
+
+    def put(self, job: AnswerJob, retry_after: Callable[[], int], announce: Callable[[int], None]) -> None:
+        """Add ``job`` at the end, first calling ``announce`` with how many wait ahead of it (before the
+        worker can take it); ServerBusy, saying to retry in ``retry_after()`` seconds, when the line is full."""
+        with self._changed:
+            self._drop_cancelled()
+            if len(self._jobs) >= self.limit:
+                raise ServerBusy(len(self._jobs), retry_after())
+            announce(len(self._jobs))
+            self._jobs.append(job)
+            self._changed.notify()
+
+    def get(self) -> AnswerJob:
+        """The oldest question still wanted; blocks until there is one."""
+        with self._changed:
+            while True:
+                self._drop_cancelled()
+                if self._jobs:
+                    return self._jobs.popleft()
+                self._changed.wait(timeout=1.0)  # a cancel does not notify: look again now and then
+
+    def __len__(self) -> int:
+        with self._changed:
+            self._drop_cancelled()
+            return len(self._jobs)
+
+
+async def client_gone(request: Request) -> None:
+    """Returns when the client of ``request`` hangs up. Its body must have been read already: after the
+    body, the server's next message is the disconnect."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def answer_unless_gone(job: AnswerJob, request: Request) -> dict | None:
+    """The answer's JSON for a request that waits for the whole answer; None, with the question cancelled
+    (so it is never answered, or the model stops), when its client hangs up first."""
+    answer = asyncio.ensure_future(job.result())
+    gone = asyncio.ensure_future(client_gone(request))
+    await asyncio.wait({answer, gone}, return_when=asyncio.FIRST_COMPLETED)
+    if answer.done():
+        gone.cancel()
+        return answer.result()
+    job.cancelled.set()
+    answer.cancel()
+    log.info("Cancelled a question: its client hung up before the answer")
+    return None
+
+
 class AnswerWorker:
     """Answers queued questions one at a time in a background thread, each by the model it names, else
     by the settings' default (loaded first). /api/health's report of the default is kept here."""
@@ -94,13 +179,24 @@ class AnswerWorker:
         self.model_label: str | None = None  # its label
         self.model_error: str | None = None  # why it cannot answer, when it cannot
         self.answering: str | None = None  # the choice id of the model writing an answer now
-        self._queue: queue.Queue[AnswerJob] = queue.Queue()
+        self.waiting = WaitingQuestions(config.API_MAX_WAITING)
         self._busy = False
+        self._seconds: deque[float] = deque(maxlen=20)  # how long the last answers took, for Retry-After
+        self.answered = self.failed = self.stopped = 0  # questions answered, failed, stopped as their client left
         threading.Thread(target=self._work, name="answer-worker", daemon=True).start()
 
     def submit(self, job: AnswerJob) -> None:
-        job.emit("queued", {"ahead": self._queue.qsize() + int(self._busy)})
-        self._queue.put(job)
+        """Queue ``job`` and tell it how many questions are ahead; ServerBusy when the line is full."""
+        self.waiting.put(job, self.retry_after, lambda ahead: job.emit("queued", {"ahead": ahead + int(self._busy)}))
+
+    def questions_json(self) -> dict:
+        """What /api/health says of the questions: waiting, being answered, and how those that ended did."""
+        return {"waiting": len(self.waiting), "answering": self._busy, "limit": self.waiting.limit, "answered": self.answered,
+                "failed": self.failed, "stopped_when_client_left": self.stopped, "left_the_line": self.waiting.dropped}
+
+    def retry_after(self) -> int:
+        """Seconds until a place in the line is likely free: the median time of the last answers (at least 1)."""
+        return max(1, math.ceil(statistics.median(self._seconds))) if self._seconds else 30
 
     def chat_model(self, choice: str | None = None):
         """(choice id, chat model) for ``choice``, None meaning the settings' default; each model is loaded
@@ -124,14 +220,13 @@ class AnswerWorker:
         except models.ModelUnavailableError as err:
             log.warning("Chat model not available: %s", err)
         while True:  # a daemon thread: it ends with the process
-            job = self._queue.get()
-            if job.cancelled.is_set():
-                continue
-            self._busy = True
+            job = self.waiting.get()
+            self._busy, started = True, time.monotonic()
             try:
                 self._answer(job)
             finally:
                 self._busy, self.answering = False, None
+                self._seconds.append(time.monotonic() - started)
 
     def _answer(self, job: AnswerJob) -> None:
         q = job.question
@@ -140,10 +235,15 @@ class AnswerWorker:
             self.answering = job.model_id
             stream = qa.ask(q.text, self.library.retriever, llm=llm, history=q.history, scope=q.scope, k=q.k)
             job.emit("evidence", qa.evidence_json(stream.evidence))  # found before any model call: show it while the model works
+            if job.cancelled.is_set():  # gone while the search ran: the model is not asked
+                log.info("Not answering: the client went away before the model was asked")
+                self.stopped += 1
+                return
             with closing(iter(stream)) as pieces:  # closing releases the model at once when the client hung up
                 for piece in pieces:
                     if job.cancelled.is_set():
                         log.info("Stopped answering: the client went away")
+                        self.stopped += 1
                         return
                     if piece:
                         job.emit("token", {"text": piece})
@@ -151,10 +251,12 @@ class AnswerWorker:
             if q.conversation:  # kept before the client hears of it: a GET after the answer finds it
                 answer["conversation"] = save_exchange(q, stream, job.model_id)
             job.emit("answer", answer)
+            self.answered += 1
         except Exception as err:  # any failure becomes the request's error event; the worker goes on
             status, message = status_and_message(err)
             log.warning("Answering with %s failed: %s", job.model_id or "the default model", message)
             job.emit("error", {"status": status, "message": message})
+            self.failed += 1
 
 
 CHOICE_KINDS = ("embedded", "ollama", "openai")

@@ -11,7 +11,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.sse import format_sse_event
 from pydantic import BaseModel, Field
@@ -20,7 +20,7 @@ import config
 import models
 
 from server.errors import ApiError
-from server.answers import is_choice_id, queue_question
+from server.answers import answer_unless_gone, is_choice_id, queue_question
 from server.library import Lib
 
 router = APIRouter()
@@ -79,7 +79,7 @@ def completion_chunk(completion_id: str, model: str, delta: dict, finish_reason:
 
 
 @router.post("/v1/chat/completions", tags=["openai"])
-async def chat_completions(lib: Lib, body: ChatCompletionRequest) -> Response:
+async def chat_completions(lib: Lib, body: ChatCompletionRequest, request: Request) -> Response:
     """OpenAI's chat completions, answered from the library: the last user message is the
     question, earlier user/assistant messages the history; the reply ends with its sources and
     evidence lines (also as ``citations`` and ``evidence`` beside the message when not streamed).
@@ -94,7 +94,9 @@ async def chat_completions(lib: Lib, body: ChatCompletionRequest) -> Response:
     job = await queue_question(lib, turns[-1][1], turns[:-1], None, None, chosen)
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     if not body.stream:
-        answer = await job.result()
+        answer = await answer_unless_gone(job, request)
+        if answer is None:  # the client hung up: the question was cancelled, and nobody reads a reply
+            return Response(status_code=499)
         message = {"role": "assistant", "content": answer["answer"] + sources_footer(answer)}
         return JSONResponse({
             "id": completion_id,
