@@ -10,6 +10,7 @@
     python -m evaluation.bench runtime [--models ...] [--rounds 3] [--source-chars 800] [--json OUT]
     python -m evaluation.bench summary --store STORE [--docs PDF...] [--model NAME] [--json OUT]
     python -m evaluation.bench api [--clients 20] [--ask-clients 4] [--chunks 10000] [--model NAME] [--json OUT]
+    python -m evaluation.bench abandoned [--model NAME] [--timeout 1.5] [--rounds 3] [--json OUT]
 
 ``ingest`` runs each PDF in a fresh child process with an empty temporary
 store, so every row has its own cold start and its own peak RSS. A row gives
@@ -42,6 +43,9 @@ from each of ``--clients`` concurrent /api/search clients, then ``--ask-rounds``
 questions from each of ``--ask-clients`` /api/ask clients, and reports p50/p95/max
 latency, errors, the longest wait in the answer queue and whether answers came
 round by round (a fair queue); it exits non-zero when any request failed.
+``abandoned`` starts a real server with input_data's PDF, then, each round, lets the official ``openai``
+client ask with a ``--timeout`` second timeout and its default two retries (three requests, each abandoned),
+and at once asks one streamed /api/ask: it reports when that next question's evidence and first word came.
 ``memory`` runs, in a fresh child process on an empty store, what the app does with
 one upload: the embedder and a BackgroundEnricher, the PDF ingested and submitted for
 labels, ``--questions`` questions asked while the labeller runs (the first racing it
@@ -69,6 +73,7 @@ import os
 import platform
 import re
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -924,6 +929,49 @@ def time_api(args) -> list[dict]:
     return rows
 
 
+def time_after_abandoned(model: str, timeout: float, rounds: int) -> list[dict]:
+    """Seconds to the evidence and the first word of a question asked right after the openai client
+    gave up on one (``timeout`` s, two retries), ``rounds`` times, on a real server answering with ``model``."""
+    import httpx
+    import openai
+
+    folder = Path(tempfile.mkdtemp(prefix="bench-abandoned-"))
+    settings = {"CHROMA_PERSIST_DIR": str(folder / "store"), "CHROMA_HOST": "", "ENRICH_ENABLED": "false", "API_TOKEN": "",
+                "LLM_BACKEND": "embedded", "EMBED_BACKEND": "embedded", "EMBEDDED_LLM": model, "LOG_FILE": str(folder / "api.log")}
+    proc, url = start_api_server(settings, folder / "server.out")
+    questions = [q["question"] for q in json.loads((Path(config.INPUT_DATA_DIR) / "eval_questions.json").read_text())]
+    rows = []
+    try:
+        with httpx.Client(base_url=url, timeout=600) as http:
+            pdf = MEMORY_PDF
+            [job] = http.post("/api/documents", files={"files": (pdf.name, pdf.read_bytes(), "application/pdf")}).json()["jobs"]
+            while http.get(f"/api/jobs/{job['id']}").json()["state"] not in ("done", "failed"):
+                time.sleep(0.5)
+            http.post("/api/ask", json={"question": questions[0]})  # the model loaded and warm
+            impatient = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=timeout)  # default max_retries=2
+            for n in range(rounds):
+                try:
+                    impatient.chat.completions.create(model=config.API_MODEL_ID, messages=[{"role": "user", "content": questions[1 + n]}])
+                    abandoned = False
+                except openai.APITimeoutError:
+                    abandoned = True
+                sent, row = time.monotonic(), {"round": n + 1, "abandoned": abandoned}
+                with http.stream("POST", "/api/ask", json={"question": questions[1 + rounds + n], "stream": True}) as reply:
+                    for line in reply.iter_lines():
+                        kind = line[6:].strip() if line.startswith("event:") else None
+                        if kind == "queued" or kind == "evidence":
+                            row.setdefault(f"{kind}_s", round(time.monotonic() - sent, 2))
+                        elif kind == "token" and "first_word_s" not in row:
+                            row["first_word_s"] = round(time.monotonic() - sent, 2)
+                        elif kind in ("answer", "error"):
+                            row["done_s"] = round(time.monotonic() - sent, 2)
+                rows.append(row)
+    finally:
+        stop_api_server(proc)
+        shutil.rmtree(folder, ignore_errors=True)
+    return rows
+
+
 def _title_words(title: str) -> set[str]:
     """A section title's words without its leading numbering: "2.1 Reservoir survey" -> {"reservoir", "survey"};
     numbers inside stay ("Item 7" is not "Item 8")."""
@@ -1024,6 +1072,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default=config.EMBEDDED_LLM, help="embedded chat model the server answers with")
     p.add_argument("--source-store", type=Path, default=config.BASE_DIR / "chroma_store_eval")
     p.add_argument("--json", type=Path)
+    p = sub.add_parser("abandoned")
+    p.add_argument("--model", default=config.EMBEDDED_LLM, help="embedded chat model the server answers with")
+    p.add_argument("--timeout", type=float, default=1.5, help="the openai client's timeout, in seconds")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--json", type=Path)
     p = sub.add_parser("summary")
     p.add_argument("--store", type=Path, required=True, help="a store holding the bench's documents (labelled, for the time figure)")
     p.add_argument("--bench", type=Path, default=config.BASE_DIR / "evaluation" / "whole_document_bench.jsonl")
@@ -1096,6 +1149,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             args.json.write_text(json.dumps({"api": rows}, indent=2))
         return 0 if all(r["errors"] == 0 for r in rows) else 1
+    if args.command == "abandoned":
+        config.setup_logging(40)
+        rows = time_after_abandoned(args.model, args.timeout, args.rounds)
+        keys = ["round", "abandoned", "queued_s", "evidence_s", "first_word_s", "done_s"]
+        print_table([keys] + [[r.get(k, "") for k in keys] for r in rows])
+        if args.json:
+            args.json.write_text(json.dumps({"abandoned": rows}, indent=2))
+        return 0
     if args.command == "summary":
         config.setup_logging(30)
         rows = time_summaries(args.store, args.bench, args.model, args.question, args.docs)

@@ -71,14 +71,26 @@ def origin_of(scheme: str, host: str) -> tuple[str, str, int] | None:
         return None
 
 
+def referer_origin(referer: str | None) -> str | None:
+    """The origin a Referer names, for a browser that sent no Origin (older ones, on some requests):
+    referer_origin("http://evil.example/page?q=1") -> "http://evil.example"; one that is no URL -> "null" (foreign)."""
+    if referer is None:
+        return None
+    try:
+        url = urlsplit(referer.strip())
+    except ValueError:
+        return "null"
+    return f"{url.scheme}://{url.netloc.rpartition('@')[2]}" if url.scheme and url.netloc else "null"
+
+
 def from_another_site(scope, headers: Headers) -> bool:
     """Whether a browser sent this request for a page that is not this server's own: its
     Sec-Fetch-Site is present and not same-origin/none (another port of localhost is "same-site",
-    and foreign too), or its Origin is present and not the scheme://host:port it was sent to."""
+    and foreign too), or its Origin (else its Referer's) is present and not the scheme://host:port it was sent to."""
     site = headers.get("sec-fetch-site")
     if site is not None and site.strip().lower() not in _OWN_SITE:
         return True
-    origin = headers.get("origin")
+    origin = headers.get("origin") or referer_origin(headers.get("referer"))
     if origin is None:
         return False
     scheme, _, host = origin.partition("://")

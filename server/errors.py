@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 import httpx
 from fastapi.exceptions import RequestValidationError
@@ -72,3 +73,12 @@ def validation_message(err: RequestValidationError) -> str:
 def sse(event: str, data) -> bytes:
     """One server-sent event whose data is JSON: sse("token", {"text": "Hi"}) -> b'event: token\\ndata: {"text": "Hi"}\\n\\n'"""
     return format_sse_event(event=event, data_str=json.dumps(data, ensure_ascii=False))
+
+
+def without_server_path(message: str, path: Path) -> str:
+    """A message about the upload kept at ``path`` naming it only by its file name: where the server keeps
+    uploads is none of a client's business (and tells an attacker about the machine).
+
+    without_server_path("Failed to open file '/tmp/up-1/x/a.pdf'.", Path("/tmp/up-1/x/a.pdf")) -> "Failed to open file 'a.pdf'."
+    """
+    return message.replace(str(path), path.name).replace(str(path.parent), "")

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import config
 import ingest
 
-from server.errors import status_and_message
+from server.errors import without_server_path, status_and_message
 
 if TYPE_CHECKING:
     from server.library import Library
@@ -133,6 +133,7 @@ class IngestWorker:
             lib.retriever.refresh()
         except Exception as err:  # report it on the job; the worker goes on with the next upload
             status, message = status_and_message(err)
+            message = without_server_path(message, job.path)
             log.warning("Upload %s failed: %s", job.file, message)
             job.finish("failed", message, status)
             return

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -21,16 +22,27 @@ import config
 import extract
 import ingest
 
-from server.errors import ApiError
+from server.errors import without_server_path, ApiError
 from server.jobs import IngestJob
 
 
 # -- documents and jobs ---------------------------------------------------------
 
 
+NAME_MAX_BYTES = 255  # the longest file name Linux, macOS and Windows file systems store: bytes, not characters
+
+
 def upload_name(filename: str | None) -> str:
-    """The file name an upload is shown and stored under: upload_name("../a/b.pdf") -> "b.pdf" """
-    name = Path(filename or "").name[-200:]
+    """The file name an upload is shown and stored under: its last part, cut from the front to fit
+    NAME_MAX_BYTES in UTF-8 (the end, with ".pdf", is kept); an ApiError (400) for a name holding a
+    control character (NUL, a line break...), which no file system or log line should be handed.
+
+    upload_name("../a/b.pdf") -> "b.pdf"; upload_name("文" * 90 + ".pdf") -> "文" * 83 + ".pdf" (253 bytes)
+    """
+    name = Path(filename or "").name
+    if any(unicodedata.category(c) == "Cc" for c in name):
+        raise ApiError(400, "A file name holds a control character (such as NUL or a line break); rename the file. Nothing was added.")
+    name = name.encode()[-NAME_MAX_BYTES:].decode("utf-8", "ignore")  # "ignore": a character cut in half is dropped
     return name if name not in ("", ".", "..") else "upload.pdf"
 
 
@@ -177,7 +189,10 @@ def check_upload(part: UploadPart) -> IngestJob:
         raise extract.FileTooLargeError(
             f"{part.name} is {part.size / 2**20:.0f} MB; the limit is {config.MAX_FILE_MB} MB (setting MAX_FILE_MB)."
         )
-    extract.open_pdf(part.path).close()
+    try:
+        extract.open_pdf(part.path).close()
+    except extract.IngestError as err:  # PyMuPDF's reason may name the path the upload was saved at
+        raise type(err)(without_server_path(str(err), part.path)) from err
     return IngestJob(file=part.name, path=part.path, document_id=ingest.collection_name_for(ingest.file_sha256(part.path)))
 
 
