@@ -162,9 +162,12 @@ async def upload_documents(lib: Lib, request: Request) -> dict:
         reader.discard()
         status = problems[0][0] if len({s for s, _ in problems}) == 1 else 400
         raise ApiError(status, " ".join(m for _, m in problems) + (" Nothing was added." if len(parts) > 1 else ""))
+    placed = []
     for job in jobs:
         lib.ingester.submit(job)
-    return {"jobs": [{"id": j.id, "file": j.file, "document_id": j.document_id, "url": f"/api/jobs/{j.id}"} for j in jobs]}
+        placed.append({"id": job.id, "file": job.file, "document_id": job.document_id, "url": f"/api/jobs/{job.id}",
+                       "message": job.message})  # its place in the line, as it was queued
+    return {"jobs": placed}
 
 
 def find_job(lib: Library, job_id: str) -> IngestJob:

@@ -89,7 +89,19 @@ class IngestWorker:
         with self._lock:
             self.jobs[job.id] = job
             self._prune()
+            self._tell_places()
         self._queue.put(job)
+
+    def _tell_places(self) -> None:
+        """Tell each waiting job its place, so no upload waits without knowing why (and for whom).
+        Called with the lock held, when a job arrives and when one starts."""
+        running = next((j for j in self.jobs.values() if j.state == "running"), None)
+        waiting = [j for j in self.jobs.values() if j.state == "queued"]  # dicts keep arrival order
+        for ahead, job in enumerate(waiting, start=int(running is not None)):
+            now = f" (now adding {running.file})" if running else ""
+            message = f"Waiting for its turn: {ahead} upload{'s' if ahead != 1 else ''} ahead{now}"
+            if message != job.message:
+                job.report(0, 0, message)
 
     def job(self, job_id: str) -> IngestJob | None:
         with self._lock:
@@ -126,8 +138,10 @@ class IngestWorker:
 
     def _ingest(self, job: IngestJob) -> None:
         lib = self.library
-        job.state = "running"
-        job.report(0, 0, "Checking the file")
+        with self._lock:
+            job.state = "running"
+            job.report(0, 0, "Checking the file")
+            self._tell_places()
         try:
             result = ingest.ingest_pdf(job.path, lib.client, lib.embedder, progress=job.report, doc_name=job.file)
             lib.retriever.refresh()

@@ -216,3 +216,18 @@ def test_a_referer_of_another_site_cannot_upload_or_delete_and_errors_name_no_se
     status, message = error_of(damaged)
     assert status == 400 and "damaged.pdf" in message
     assert "/tmp" not in message and "pdf-rag-uploads" not in message and str(folder) not in message
+
+
+@pytest.mark.slow  # starts a server
+def test_uploads_waiting_behind_another_are_told_their_place_and_whom_they_wait_for(served):
+    _, http, folder = served
+    pdfs = [write_text_pdf(folder / f"queued{n}.pdf", [f"Queued upload {n}, page {p}." for p in range(1, 4)]) for n in range(3)]
+    reply = http.post("/api/documents", files=[("files", (p.name, p.read_bytes(), "application/pdf")) for p in pdfs])
+    assert reply.status_code == 202, reply.text
+    first, second, third = reply.json()["jobs"]
+    assert second["message"].startswith("Waiting for its turn: 1 upload ahead")
+    assert third["message"].startswith("Waiting for its turn: 2 uploads ahead")
+    for job in (first, second, third):
+        with http.stream("GET", job["url"] + "/events") as stream:
+            events = list(sse_events(stream))
+        assert events[-1][0] == "done", events[-1]
