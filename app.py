@@ -145,6 +145,8 @@ def ingest_upload(upload) -> None:
             add_notice(f"**{name}** is in {md(language.language_name(result.language))}. {md(message)}", "warning")
         if result.damaged_pages:
             add_notice(f"**{name}** is damaged: pages {ingest.page_ranges(result.damaged_pages)} could not be read and were left out.", "warning")
+        if result.cut_pages:
+            add_notice(f"**{name}** has pages with more text than is kept: {md(ingest.cut_pages_note(result.cut_pages))}.", "warning")
 
 
 def uploads_panel() -> None:
@@ -181,6 +183,8 @@ def document_card(doc: dict, labelling: ingest.EnrichmentProgress | None) -> Non
     if doc.get("language"):
         facts += f" · {md(language.language_name(doc['language']))}"
     name_col.markdown(f"**{md(doc['doc_name'])}**  \n{facts}")
+    if cuts := ingest.cut_pages_in(doc):  # the rest of those pages cannot be found: say so where the document is listed
+        name_col.caption(f"Text cut: {md(ingest.cut_pages_note(cuts))}")
     if (made_by := embedded_elsewhere(doc)) is not None:
         reembed_offer(doc, made_by, name_col)
     failed = doc.get("label_failed_pages", 0)

@@ -88,6 +88,8 @@ def collection_rows(docs: list[dict], current_embedder: str | None = None) -> li
             # an unfinished collection has no counts yet: its metadata is written last
             "chunks": d.get("chunks"),
             "OCR pages": d.get("ocr_pages"),
+            # pages whose text past MAX_PAGE_CHARS was left out: a person reading a page must know it is not whole
+            "cut pages": ingest.page_ranges([cut["page"] for cut in ingest.cut_pages_in(d)]),
             "language": d.get("language") or "?",
             "embedder": embedder_label(d, current_embedder),
             "status": status_label(d),
@@ -144,16 +146,18 @@ def filter_chunks(
     ]
 
 
-def page_view(rows: list[dict], page: int, page_sources: str = "") -> dict:
-    """What one page holds: its title, keywords, where its text came from, and its chunks.
+def page_view(rows: list[dict], page: int, page_sources: str = "", cuts: list[dict] | None = None) -> dict:
+    """What one page holds: its title, keywords, where its text came from, its chunks, and whether its
+    text was cut at MAX_PAGE_CHARS (``cuts``: the document's ``cut_pages``; "" when it was not).
 
-    page_view(rows, 2, "TOT") -> {"title": "...", "keywords": "...", "source": "OCR", "chunks": [...]}
+    page_view(rows, 2, "TOT") -> {"title": "...", "keywords": "...", "source": "OCR", "chunks": [...], "cut": ""}
     """
     chunks = [r for r in rows if r["page"] == page]
     letter = page_sources[page - 1] if 0 < page <= len(page_sources) else ""
     source = PAGE_SOURCE_NAMES.get(letter) or (chunks[0]["text_source"] if chunks else "no chunks")
     first = chunks[0] if chunks else {}
-    return {"title": first.get("title", ""), "keywords": first.get("keywords", ""), "source": source, "chunks": chunks}
+    cut = next((ingest.page_cut_note(c) for c in cuts or [] if c["page"] == page), "")
+    return {"title": first.get("title", ""), "keywords": first.get("keywords", ""), "source": source, "chunks": chunks, "cut": cut}
 
 
 def embedding_stats(vectors: np.ndarray) -> dict:
@@ -314,8 +318,10 @@ def show_chunks(rows: list[dict]) -> None:
 def show_page(collection, rows: list[dict], meta: dict) -> None:
     total = int(meta.get("pages") or max((r["page"] for r in rows), default=1))
     page = int(st.number_input("Page", min_value=1, max_value=max(total, 1), value=1, key="page_number"))
-    view = page_view(rows, page, meta.get("page_sources", ""))
+    view = page_view(rows, page, meta.get("page_sources", ""), ingest.cut_pages_in(meta))
     st.markdown(f"**{md(view['title'] or '(no title yet)')}** · source: {md(view['source'])}")
+    if view["cut"]:
+        st.caption(md(view["cut"]))
     st.caption(f"Keywords: {md(view['keywords'] or '(none yet)')}")
     st.code(ingest.page_texts(collection).get(page, "(no text on this page)"), language=None, wrap_lines=True)
     st.dataframe(pd.DataFrame(view["chunks"], columns=CHUNK_COLUMNS), hide_index=True)

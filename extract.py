@@ -13,7 +13,8 @@ layout kept when asked), and cut page text into chunks whose character offsets i
                               rows ("| label | v1 | v2 |" under a header row), two columns read
                               column by column, running lines first or last and marked. Every OCR'd
                               line, laid-out line and table cell keeps its box, so a passage can be
-                              highlighted on the page.
+                              highlighted on the page. A page's text past MAX_PAGE_CHARS is left out
+                              (cap_page_text; ``Page.dropped_chars`` says how much).
          -> chunk_page()      overlapping (start, end) spans of whole sentences and table rows,
                               running lines left out; table_header_for() gives the header row a
                               chunk starting mid-table repeats
@@ -242,6 +243,7 @@ class Page:
     #   empty when ``text`` is PyMuPDF's own text layer (preview then finds the words itself)
     running: list[tuple[int, int]] = field(default_factory=list)
     # ^ spans of running headers, footers and page numbers: kept in ``text``, never chunked or embedded
+    dropped_chars: int = 0  # characters of the page's text past MAX_PAGE_CHARS, left out (see cap_page_text)
 
 
 class OcrEngine:
@@ -352,8 +354,21 @@ def ocr_page(page: pymupdf.Page, text: str, ocr: OcrEngine) -> Page | None:
 def read_page(page: pymupdf.Page, running: frozenset[str] = frozenset()) -> Page:
     """One page's text: OCR when its words are likely in a picture, else its text layer: as PyMuPDF
     gives it (EXTRACTOR=text, the default) or laid out (EXTRACTOR=layout; lines whose ``running_key``
-    is in ``running`` are then kept out of chunks)."""
+    is in ``running`` are then kept out of chunks). At most MAX_PAGE_CHARS of it (``cap_page_text``).
+
+    Rule: a page's text is cut at MAX_PAGE_CHARS before it is chunked, because a page with megabytes
+    of text (hidden or generated) would otherwise cost minutes of embedding and a write the store refuses.
+    """
     plain = page.get_text("text").strip()
+    return cap_page_text(_page_text(page, plain, running), config.MAX_PAGE_CHARS)
+
+
+def _page_text(page: pymupdf.Page, plain: str, running: frozenset[str]) -> Page:
+    """The whole text of a page (``plain`` is its text layer), before any cap: see ``read_page``.
+
+    Rule: a page whose text layer is past MAX_PAGE_CHARS is read as plain text, not laid out, because
+    laying out hundreds of thousands of words costs far more than the part of them that is kept is worth.
+    """
     if needs_ocr(page, plain):
         engine = ocr_engine()
         read = ocr_page(page, plain, engine) if engine is not None else None
@@ -361,9 +376,33 @@ def read_page(page: pymupdf.Page, running: frozenset[str] = frozenset()) -> Page
             return read
     if not plain:
         return Page(page.number + 1, "", "empty")
-    if config.EXTRACTOR == "layout":
+    if config.EXTRACTOR == "layout" and len(plain) <= config.MAX_PAGE_CHARS:
         return laid_out_page(page, running)
     return Page(page.number + 1, plain, "text")
+
+
+def cap_page_text(page: Page, limit: int) -> Page:
+    """``page`` with its text cut to at most ``limit`` characters, at the last white space before the
+    limit when there is one in its second half (so no word is cut in half); the line boxes and running
+    spans past the cut are dropped and ``dropped_chars`` says how much text was left out.
+
+    cap_page_text(Page(1, "one two three", "text"), 9) -> Page(1, "one two", "text", dropped_chars=6)
+    """
+    if len(page.text) <= limit:
+        return page
+    cut = limit
+    space = max(page.text.rfind(" ", 0, limit + 1), page.text.rfind("\n", 0, limit + 1))
+    if space >= limit // 2:
+        cut = space
+    text = page.text[:cut].rstrip()
+    return Page(
+        page.number,
+        text,
+        page.source,
+        [(s, min(e, len(text)), box) for s, e, box in page.line_boxes if s < len(text)],
+        [(s, min(e, len(text))) for s, e in page.running if s < len(text)],
+        dropped_chars=len(page.text) - len(text),
+    )
 
 
 # -----------------------------------------------------------------------------

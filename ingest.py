@@ -6,10 +6,12 @@ The pipeline (reading the PDF itself lives in ``extract.py``):
          -> SHA-256 -> collection "pdf_rag_<16 hex>"       (same bytes = cache hit)
          -> its language (language.py; a scan's from its first OCR'd pages) -> the embedder for it
          -> extract.read_page() per page: text layer laid out (tables as Markdown rows, columns,
-                                  running headers set aside), or OCR; line boxes kept
+                                  running headers set aside), or OCR; line boxes kept; at most
+                                  MAX_PAGE_CHARS of it (pages cut are recorded: cut_pages)
          -> extract.chunk_page(): sentences and whole table rows, overlapping, page-anchored spans
                                   (a chunk starting inside a table repeats its header row)
-         -> embed the raw chunk text -> add to the collection    (in page batches)
+         -> embed the raw chunk text -> add to the collection    (in page batches, each written in
+                                                                   slices the store takes: write_in_batches)
          -> mark the collection complete                          (written last)
          -> enrich_document(): LLM title + keywords per page      (after; resumable; the app runs
                                                                    it in a BackgroundEnricher thread;
@@ -126,6 +128,10 @@ class StorePurgeError(IngestError):
     """A document was removed but the store folder could not be purged of its bytes."""
 
 
+class StoreWriteError(IngestError):
+    """The store refused a write (ChromaDB raised one of its own errors); says which document and what to do."""
+
+
 # -----------------------------------------------------------------------------
 # Fingerprints and names
 
@@ -196,12 +202,63 @@ def _collection_or_none(client: chromadb.ClientAPI, name: str):
         return None
 
 
+def store_write_limit(store) -> int:
+    """Rows one write may carry: STORE_WRITE_BATCH, or the store's own limit when that is lower.
+
+    Rule: no write carries more rows than the store takes, because ChromaDB refuses the whole write
+    ("Batch size of 7862 is greater than max batch size of 5461") after all its vectors were made.
+    ``store`` is a client, or the API object a collection holds; one whose limit cannot be asked keeps STORE_WRITE_BATCH.
+    """
+    try:
+        own = int(store.get_max_batch_size())
+    except (AttributeError, TypeError, ValueError, chromadb.errors.ChromaError):
+        own = 0
+    return max(1, min(config.STORE_WRITE_BATCH, own) if own > 0 else config.STORE_WRITE_BATCH)
+
+
+def write_in_batches(collection, method: str, ids: list[str], **columns: list) -> int:
+    """``collection.<method>(ids=..., **columns)`` ("add" or "update") in slices of ``store_write_limit``
+    rows; returns the number of writes made. Every write of passages to the store goes through here.
+
+    Rule: a write the store refuses is a StoreWriteError naming the document, because a person reads
+    it as the reason an upload failed; only ChromaDB's own errors are turned, so a bug stays a bug.
+    """
+    # chromadb keeps the API a collection writes through as ``_client``; asked here so that callers
+    # holding only a collection (labelling, carrying labels) write within the same limit.
+    limit = store_write_limit(getattr(collection, "_client", None))
+    write = getattr(collection, method)
+    calls = 0
+    for start in range(0, len(ids), limit):
+        part = {key: values[start : start + limit] for key, values in columns.items()}
+        with store_refusals(collection):
+            write(ids=ids[start : start + limit], **part)
+        calls += 1
+    return calls
+
+
+@contextmanager
+def store_refusals(collection) -> Iterator[None]:
+    """Turn an error ChromaDB raises while writing to ``collection`` into a StoreWriteError: which document,
+    what the store said, what to do. Any other exception passes through untouched."""
+    try:
+        yield
+    except chromadb.errors.ChromaError as err:
+        doc_name = (collection.metadata or {}).get("doc_name") or collection.name
+        log.error("The store refused a write to %s (%s)", collection.name, doc_name, exc_info=err)
+        raise StoreWriteError(
+            f"The store refused to save '{doc_name}' ({err}), so it was not added or changed. "
+            f"Check that the store's disk has free space and try again; if it fails again, "
+            f"the log ({config.LOG_FILE}) has the details."
+        ) from err
+
+
 def is_complete(collection) -> bool:
     return (collection.metadata or {}).get("status") == "complete"
 
 
 def list_documents(client: chromadb.ClientAPI, include_incomplete: bool = False) -> list[dict]:
-    """One dict per document collection: its metadata plus ``collection``."""
+    """One dict per document collection: its metadata plus ``collection``; ``cut_pages`` is a list
+    ([{"page": n, "kept": chars, "dropped": chars}], see ``cut_pages_in``), empty when no page was cut."""
     docs = []
     with _server_errors():
         collections = client.list_collections()
@@ -210,7 +267,7 @@ def list_documents(client: chromadb.ClientAPI, include_incomplete: bool = False)
             continue
         meta = dict(col.metadata or {})
         if include_incomplete or meta.get("status") == "complete":
-            docs.append({"collection": col.name, **meta})
+            docs.append({"collection": col.name, **meta, "cut_pages": cut_pages_in(meta)})
     return sorted(docs, key=lambda d: d.get("doc_name", ""))
 
 
@@ -377,11 +434,40 @@ class IngestResult:
     stage_seconds: dict = field(default_factory=dict)
     damaged_pages: list[int] = field(default_factory=list)  # left out (KEEP_READABLE_PAGES)
     language: str = ""  # ISO 639-1 code of its text ("" when too little text to tell)
+    cut_pages: list[dict] = field(default_factory=list)  # [{"page", "kept", "dropped"}]: text past MAX_PAGE_CHARS left out
 
 
 def damaged_in(meta: dict) -> list[int]:
     """The pages a document's metadata records as damaged and left out: damaged_in({"page_sources": "TTD"}) -> [3]"""
     return [n for n, letter in enumerate(meta.get("page_sources", ""), 1) if letter == "D"]
+
+
+def cut_pages_in(meta: dict) -> list[dict]:
+    """The pages whose text was cut at MAX_PAGE_CHARS, as a document's metadata records them (JSON text, since
+    a collection's metadata holds only scalars) or an entry of ``list_documents`` holds them (already a list).
+
+    cut_pages_in({"cut_pages": '[{"page": 1, "kept": 50000, "dropped": 5040509}]'})
+    -> [{"page": 1, "kept": 50000, "dropped": 5040509}]
+    """
+    raw = meta.get("cut_pages") or []
+    return json.loads(raw) if isinstance(raw, str) else list(raw)
+
+
+def page_cut_note(cut: dict) -> str:
+    """page_cut_note({"page": 1, "kept": 50000, "dropped": 5040509})
+    -> "Page 1: kept the first 50,000 of 5,090,509 characters (MAX_PAGE_CHARS)" """
+    return f"Page {cut['page']}: kept the first {cut['kept']:,} of {cut['kept'] + cut['dropped']:,} characters (MAX_PAGE_CHARS)"
+
+
+def cut_pages_note(cuts: list[dict], listed: int = 3) -> str:
+    """What a person is told about a document's cut pages: each of the first ``listed``, then how many more.
+
+    cut_pages_note([{"page": 1, "kept": 50000, "dropped": 10}]) -> "Page 1: kept the first 50,000 of 50,010 characters (MAX_PAGE_CHARS)"
+    """
+    notes = [page_cut_note(cut) for cut in cuts[:listed]]
+    if len(cuts) > listed:
+        notes.append(f"{len(cuts) - listed} more pages cut (pages {page_ranges([c['page'] for c in cuts[listed:]])})")
+    return "; ".join(notes)
 
 
 def _result_from_metadata(meta: dict, seconds: float) -> IngestResult:
@@ -397,6 +483,7 @@ def _result_from_metadata(meta: dict, seconds: float) -> IngestResult:
         cached=True,
         damaged_pages=damaged_in(meta),
         language=meta.get("language", ""),
+        cut_pages=cut_pages_in(meta),
     )
 
 
@@ -573,10 +660,8 @@ def _carry_labels(old, new) -> dict:
     if not same:
         return meta
     got = new.get(where={"page": {"$in": same}}, include=["metadatas"])
-    batch = 1000
-    for start in range(0, len(got["ids"]), batch):
-        metas = [{**m, **labels[m["page"]]} for m in got["metadatas"][start : start + batch]]
-        new.update(ids=got["ids"][start : start + batch], metadatas=metas)
+    metas = [{**m, **labels[m["page"]]} for m in got["metadatas"]]
+    write_in_batches(new, "update", got["ids"], metadatas=metas)
     meta.update(enriched_pages=len(same), label_failed_pages=sum(bool(labels[page]["label_failed"]) for page in same))
     log.info("Carried the labels of %d pages over to the rebuilt %s", len(same), meta.get("doc_name"))
     return meta
@@ -617,6 +702,7 @@ def _build_collection(doc, client, main, name, sha256, doc_name, progress, t0, d
         stage_seconds=stats["stage_seconds"],
         damaged_pages=damaged_in(meta),
         language=meta["language"],
+        cut_pages=cut_pages_in(meta),
     )
 
 
@@ -655,12 +741,14 @@ def _write_collection(doc, client, main, name, meta, progress, t0, done_status="
         ocr_pages=sources.count("O"),
         empty_pages=sources.count("E") + sources.count("D"),
         page_sources=sources,  # one letter per page: T text layer, O OCR, E empty, D damaged (left out)
+        cut_pages=json.dumps(stats.pop("cut_pages")),  # pages whose text past MAX_PAGE_CHARS was left out
         language=stats.pop("language"),
         embedder=stats.pop("embedder"),
         enriched_pages=0,
         ingest_seconds=round(time.perf_counter() - t0, 2),
     )
-    collection.modify(metadata=meta)  # the completion marker: always the last write
+    with store_refusals(collection):
+        collection.modify(metadata=meta)  # the completion marker: always the last write
     return stats, meta
 
 
@@ -671,13 +759,13 @@ def _write_pages(doc, collection, main, meta, progress) -> dict:
     whose text layer was too thin to tell it (a scan) has it told from its first batch of pages as read,
     OCR included, before anything is embedded.
 
-    Progress names each stage as it happens: reading (or OCR) page by page, then
-    for each page batch embedding its passages a slice at a time, storing them, and
-    "Indexed ..." once the batch is in the store.
+    Progress names each stage as it happens: reading (or OCR) page by page, with a note for each page
+    whose text was cut at MAX_PAGE_CHARS, then for each page batch embedding its passages a slice at a
+    time, storing them, and "Indexed ..." once the batch is in the store.
     """
     total, sha256, doc_name, language = doc.page_count, meta["sha256"], meta["doc_name"], meta["language"]
     seconds = {"extract": 0.0, "ocr": 0.0, "chunk": 0.0, "embed": 0.0, "store": 0.0}
-    sources, chunks = [], 0
+    sources, chunks, cuts = [], 0, []
     damaged = set(unreadable_pages(doc))  # only left when KEEP_READABLE_PAGES asked to keep the rest
     t = time.perf_counter()
     running = running_lines(doc, skip=damaged) if config.EXTRACTOR == "layout" else frozenset()
@@ -700,6 +788,8 @@ def _write_pages(doc, collection, main, meta, progress) -> dict:
             sources.append({"text": "T", "ocr": "O", "empty": "E"}[pages[-1].source])
             read = "Reading page {} of {} by OCR" if stage == "ocr" else "Reading page {} of {}"
             progress(first + (number + 1 - first) / 2, total, read.format(number + 1, total))
+            if pages[-1].dropped_chars:
+                cuts.append(_report_cut(pages[-1], doc_name, progress, first + (number + 1 - first) / 2, total))
         t = time.perf_counter()
         records = [r for page in pages for r in chunk_records(page, sha256, doc_name)]
         seconds["chunk"] += time.perf_counter() - t
@@ -722,17 +812,24 @@ def _write_pages(doc, collection, main, meta, progress) -> dict:
             seconds["embed"] += time.perf_counter() - t
         progress(first + len(pages), total, f"Storing {len(records)} passages ({span})")
         t = time.perf_counter()
-        collection.add(
-            ids=[r[0] for r in records],
-            documents=[r[1] for r in records],
-            metadatas=[r[2] for r in records],
-            embeddings=vectors,
+        write_in_batches(
+            collection, "add", [r[0] for r in records],
+            documents=[r[1] for r in records], metadatas=[r[2] for r in records], embeddings=vectors,
         )
         seconds["store"] += time.perf_counter() - t
         chunks += len(records)
         progress(first + len(pages), total, f"Indexed {chunks} passages from {first + len(pages)} of {total} pages")
     return {"chunks": chunks, "sources": "".join(sources), "stage_seconds": seconds, "language": language,
-            "embedder": models.embedder_name_for(language, main)}
+            "embedder": models.embedder_name_for(language, main), "cut_pages": cuts}
+
+
+def _report_cut(page: Page, doc_name: str, progress: ProgressCallback, current: float, total: int) -> dict:
+    """Record and tell (progress, log) that ``page``'s text past MAX_PAGE_CHARS was left out; returns the record."""
+    cut = {"page": page.number, "kept": len(page.text), "dropped": page.dropped_chars}
+    note = page_cut_note(cut)
+    log.warning("%s: %s", doc_name, note)
+    progress(current, total, note)
+    return cut
 
 
 # -----------------------------------------------------------------------------
@@ -883,7 +980,7 @@ def enrich_document(
             {**m, "title": title, "keywords": ", ".join(keywords), "enriched": True, "label_failed": label is None}
             for m in got["metadatas"]
         ]
-        collection.update(ids=got["ids"], metadatas=metas)
+        write_in_batches(collection, "update", got["ids"], metadatas=metas)
         collection.modify(metadata={**collection.metadata, "enriched_pages": done_before + count, "label_failed_pages": failed})
         message = f"Labelled page {number} of {total_pages}: {title}" if label else f"Page {number} of {total_pages}: no usable label"
         progress(done_before + count, len(texts), message)
@@ -1055,6 +1152,8 @@ def main(argv: list[str] | None = None) -> int:
             status = "cached" if result.cached else done
             if result.damaged_pages:
                 status += f" (damaged: pages {page_ranges(result.damaged_pages)} left out)"
+            if result.cut_pages:
+                status += f" (text cut: {cut_pages_note(result.cut_pages)})"
             rows.append((label, result.pages, result.chunks, result.ocr_pages, f"{result.seconds:.1f}", status))
         except KeyboardInterrupt:
             sys.stderr.write("\nStopped. Searchable documents stay searchable; enrichment resumes next time.\n")
