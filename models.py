@@ -297,6 +297,15 @@ def _chunk_text(chunk: dict) -> str:
     return (choices[0].get("delta") or {}).get("content") or ""
 
 
+def _chunk_usage(chunk: dict) -> dict | None:
+    """langchain's usage_metadata from llama.cpp's last chunk (``usage``: prompt and completion tokens), else None."""
+    usage = chunk.get("usage")
+    if not usage:
+        return None
+    read, written = usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
+    return {"input_tokens": read, "output_tokens": written, "total_tokens": read + written}
+
+
 class EmbeddedChatModel(BaseChatModel):
     """A GGUF model run in-process by llama.cpp (the xllamacpp wheel), with the model's own chat template.
 
@@ -351,6 +360,7 @@ class EmbeddedChatModel(BaseChatModel):
             "temperature": kwargs.get("temperature", self.temperature),
             "max_tokens": kwargs.get("max_tokens", self.max_tokens),
             "stream": True,
+            "stream_options": {"include_usage": True},  # a last chunk counts the tokens read and written (usage)
             "cache_prompt": self.reuse_prompt_cache,
         }
         if stop:
@@ -426,6 +436,8 @@ class EmbeddedChatModel(BaseChatModel):
                     if run_manager:
                         run_manager.on_llm_new_token(token, chunk=chunk)
                     yield chunk
+                elif usage := _chunk_usage(part):
+                    yield ChatGenerationChunk(message=AIMessageChunk(content="", usage_metadata=usage))
 
     def _generate(
         self,
@@ -715,6 +727,7 @@ def _server_chat_model(model: str) -> ServerChatModel:
         max_tokens=config.LLM_MAX_TOKENS,
         timeout=config.LLM_TIMEOUT,
         max_retries=0,  # a failure is said at once; the person asks again
+        stream_usage=True,  # the last streamed chunk says how many tokens the server read and wrote
         context_window=_server_context(entries[ids.index(model)]),
         tokenize_url=_server_tokenize_url(),
     )
@@ -966,6 +979,22 @@ def context_length(model: BaseChatModel) -> int:
     if isinstance(model, ServerChatModel):
         return model.context_window
     return getattr(model, "num_ctx", None) or config.LLM_N_CTX
+
+
+def context_setting(model: BaseChatModel | None) -> str:
+    """The setting that decides ``model``'s context length, for messages: "LLM_N_CTX" or "OPENAI_CONTEXT"."""
+    return "OPENAI_CONTEXT" if isinstance(model, ServerChatModel) else "LLM_N_CTX"
+
+
+def loaded_chat_model(choice: str | None = None) -> BaseChatModel | None:
+    """The chat model ``choice`` names (None: the settings' choice) if it is loaded already, else None:
+    never loads one (a request checking a question's length must not wait minutes for a load)."""
+    try:
+        choice = choice or default_choice()
+    except ModelUnavailableError:
+        return None
+    with _LOADING:
+        return _LOADED.get(choice)
 
 
 def count_tokens(model: BaseChatModel, text: str) -> int:

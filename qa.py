@@ -56,7 +56,7 @@ import models
 import overview
 import prompts
 from checker import CheckedSentence, Citation, strip_markers, verify_answer
-from language import language_name, question_language
+from language import QUESTION_LANGUAGES, language_name, question_language
 from question import ParsedQuestion, parse_question
 from retriever import Hit, Retriever
 from text_utils import numbers_in, tokenize
@@ -118,6 +118,34 @@ def question_for_prompt(question: str | ParsedQuestion) -> str:
     return f"{parsed.query}\n{prompts.ANSWER_FORM.format(instructions=' '.join(parsed.instructions))}"
 
 
+def client_instructions(history: list[tuple[str, str]]) -> tuple[str, list[tuple[str, str]]]:
+    """The asker's standing instructions and the chat history without them.
+
+    An OpenAI client's system messages arrive as ("system", text) turns of the history (server/openai_compat.py);
+    they say how to answer (form, language), so they are neither searched nor shown as turns of the chat.
+
+    client_instructions([("system", "Answer in French."), ("user", "Hi")]) -> ("Answer in French.", [("user", "Hi")])
+    """
+    instructions = "\n".join(text.strip() for role, text in history if role == "system" and text.strip())
+    return instructions, [(role, text) for role, text in history if role != "system"]
+
+
+_LANGUAGE_ASKED = re.compile(
+    r"\b(?:in|into|using)\s+(" + "|".join(sorted(language_name(code) for code in QUESTION_LANGUAGES)) + r")\b", re.I
+)
+_LANGUAGE_CODE = {language_name(code).lower(): code for code in QUESTION_LANGUAGES}
+
+
+def language_asked(instructions: str) -> str | None:
+    """The language the asker's instructions ask the answer in, among QUESTION_LANGUAGES, else None.
+    The app's own rule line ("Write the answer in French.") then says it as plainly as for a French question.
+
+    language_asked("Answer in French only.") -> "fr"; language_asked("Be brief.") -> None
+    """
+    found = _LANGUAGE_ASKED.search(instructions)
+    return _LANGUAGE_CODE[found.group(1).lower()] if found else None
+
+
 def needs_rewrite(question: str, history: list[tuple[str, str]]) -> bool:
     """Rule: a follow-up that leans on earlier turns is searched as a standalone question.
     A follow-up that leans on earlier turns: short, or starting "and ...", or with a pronoun."""
@@ -138,7 +166,7 @@ def rewrite_query(llm: BaseChatModel, question: str, history: list[tuple[str, st
     try:
         reply = models.with_max_tokens(llm, 48).invoke(messages).content.strip().splitlines()
     except Exception as err:  # any transport or server failure
-        raise models.ModelUnavailableError(models.explain_failure(err, llm)) from err
+        raise model_failure(err, llm) from err
     query = reply[0].strip().strip('"') if reply else ""
     log.info("Rewrote a follow-up into a search of %d words", len(query.split()))
     return checked_rewrite(query, question, history)
@@ -195,16 +223,26 @@ def format_lines(lines: list[Hit]) -> str:
     return "\n".join(blocks)
 
 
-def build_messages(question: str, sources: list[Hit], history: list[tuple[str, str]], as_lines: bool = False) -> list[BaseMessage]:
+def build_messages(
+    question: str, sources: list[Hit], history: list[tuple[str, str]], as_lines: bool = False, instructions: str = ""
+) -> list[BaseMessage]:
     """The chat to send: the rules, the recent history, then the sources and the question. ``as_lines``:
-    the sources are evidence lines (``format_lines``), else numbered passages (``format_source``)."""
-    messages: list[BaseMessage] = [SystemMessage(prompts.LINES_SYSTEM if as_lines else prompts.ANSWER_SYSTEM)]
+    the sources are evidence lines (``format_lines``), else numbered passages (``format_source``).
+    ``instructions`` (an OpenAI client's system messages) go after the question, fenced like the documents,
+    with a rule that they shape the answer's form and language only."""
+    system = prompts.LINES_SYSTEM if as_lines else prompts.ANSWER_SYSTEM
+    messages: list[BaseMessage] = [SystemMessage(system + prompts.INSTRUCTIONS_RULE if instructions else system)]
     for role, text in history[-2 * config.HISTORY_TURNS :]:
         messages.append(HumanMessage(text) if role == "user" else AIMessage(strip_markers(text)))
     shape = prompts.ANSWER_SHAPES[answer_shape(question)]
     if notes := domains.prompt_notes(question):
         shape += "\n" + "\n".join(prompts.FORMULA.format(formula=note) for note in notes)
-    if (language := question_language(question)) != "en":  # Rule: the answer is in the question's language
+    if instructions:
+        shape += "\n" + prompts.CLIENT_INSTRUCTIONS.format(instructions=fence_text(instructions))
+    # Rule: the answer is in the language the asker's instructions name, else in the question's language
+    if asked := language_asked(instructions):
+        shape += "\n" + prompts.ANSWER_LANGUAGE_ASKED.format(language=language_name(asked), sources="lines" if as_lines else "sources")
+    elif (language := question_language(question)) != "en":
         shape += "\n" + prompts.ANSWER_LANGUAGE.format(language=language_name(language))
     if as_lines:
         messages.append(HumanMessage(prompts.LINES_USER.format(lines=format_lines(sources), question=question, shape=shape)))
@@ -216,7 +254,7 @@ def build_messages(question: str, sources: list[Hit], history: list[tuple[str, s
 
 def fit_sources(
     question: str, hits: list[Hit], history: list[tuple[str, str]], count_tokens, n_ctx: int, reserve: int,
-    as_lines: bool = False,
+    as_lines: bool = False, instructions: str = "",
 ) -> list[Hit]:
     """The best-ranked ``hits`` whose prompt fits in ``n_ctx`` tokens with ``reserve`` left for the answer.
 
@@ -224,12 +262,85 @@ def fit_sources(
     """
     kept = list(hits)
     while kept:
-        prompt_tokens = sum(count_tokens(m.content) + 4 for m in build_messages(question, kept, history, as_lines))
+        prompt_tokens = sum(count_tokens(m.content) + 4 for m in build_messages(question, kept, history, as_lines, instructions))
         if prompt_tokens + reserve <= n_ctx:
             return kept
         dropped = kept.pop()
         log.warning("Context full (%d + %d > %d tokens): dropped source %s p.%d", prompt_tokens, reserve, n_ctx, dropped.doc_name, dropped.page)
     return kept
+
+
+class QuestionTooLong(ValueError):
+    """The question (with the asker's instructions) is longer than the model can read beside what an answer needs:
+    the asker's to shorten (a 400 over HTTP), not a server fault."""
+
+
+# Tokens kept free for each evidence line the model reads: a prose line takes 20-40, a long table row ~80.
+LINE_TOKENS = 100
+
+
+def question_budget(n_ctx: int, count_tokens: Callable[[str], int]) -> int:
+    """Tokens of an ``n_ctx``-token model left for the question, the asker's instructions and the history: what
+    remains after the reply (LLM_MAX_TOKENS), the rules and templates (with the longest answer shape) and room
+    for ANSWER_LINES evidence lines."""
+    fixed = "\n".join([prompts.LINES_SYSTEM, prompts.INSTRUCTIONS_RULE, prompts.LINES_USER, prompts.CLIENT_INSTRUCTIONS,
+                       max(prompts.ANSWER_SHAPES.values(), key=len), prompts.ANSWER_LANGUAGE_ASKED])
+    return n_ctx - config.LLM_MAX_TOKENS - count_tokens(fixed) - 3 * 4 - config.ANSWER_LINES * LINE_TOKENS
+
+
+def too_long_message(text: str, tokens: int, budget: int, n_ctx: int, setting: str, with_instructions: bool) -> str:
+    """The sentence for a question of ``tokens`` tokens over a ``budget``, the limit said in the text's own words
+    and characters (its tokens per word scale the budget):
+
+    too_long_message("word " * 5000, 5000, 2900, 4096, "LLM_N_CTX", False)
+      -> "The question is about 5,000 words (25,000 characters); this server reads at most 2,900 words (14,499
+          characters) of a question and its instructions (the model reads 4,096 tokens at once, LLM_N_CTX) — shorten it."
+    """
+    words, chars = len(text.split()), len(text)
+    share = max(budget, 0) / max(tokens, 1)
+    what = "The question and its instructions are" if with_instructions else "The question is"
+    return (f"{what} about {words:,} words ({chars:,} characters); this server reads at most {int(words * share):,} words "
+            f"({int(chars * share):,} characters) of a question and its instructions (the model reads {n_ctx:,} tokens at "
+            f"once, {setting}) — shorten {'them' if with_instructions else 'it'}.")
+
+
+def fitted_history(
+    question: str, instructions: str, history: list[tuple[str, str]], n_ctx: int, count_tokens: Callable[[str], int],
+    setting: str = "LLM_N_CTX",
+) -> list[tuple[str, str]]:
+    """The latest turns of ``history`` that fit beside the question in the model's context, whole turns, the
+    oldest dropped first (a long chat goes on, as a chat client expects; the model reads at most HISTORY_TURNS
+    pairs anyway). QuestionTooLong, saying the limit, when the question and ``instructions`` alone do not fit:
+    cutting those would answer something else than was asked. ``setting`` names what sets ``n_ctx``."""
+    budget = question_budget(n_ctx, count_tokens)
+    used = count_tokens(question) + (count_tokens(instructions) + 4 if instructions else 0)
+    if used > budget:
+        asked = f"{question}\n{instructions}" if instructions else question
+        raise QuestionTooLong(too_long_message(asked, used, budget, n_ctx, setting, bool(instructions)))
+    recent, kept = history[-2 * config.HISTORY_TURNS :], []
+    for role, text in reversed(recent):
+        cost = count_tokens(text) + 4
+        if used + cost > budget:
+            log.info("History trimmed to its last %d of %d turns: the rest does not fit beside the question", len(kept), len(recent))
+            break
+        kept.insert(0, (role, text))
+        used += cost
+    return kept
+
+
+_CONTEXT_OVERFLOW = re.compile(r"exceeds the available context size|maximum context length|context[_ ]length[_ ]exceeded", re.I)
+
+
+def model_failure(err: Exception, llm: BaseChatModel) -> Exception:
+    """What to raise for a model call that failed: QuestionTooLong when the model says the prompt overflowed its
+    context (llama.cpp: "exceeds the available context size"; OpenAI, vLLM: "maximum context length"), for the
+    prompt is the asker's to shorten; else ModelUnavailableError with a plain sentence."""
+    if _CONTEXT_OVERFLOW.search(str(err)):
+        return QuestionTooLong(
+            f"The question, its history and the lines it needs are longer than the model reads at once "
+            f"({models.context_length(llm):,} tokens, {models.context_setting(llm)}) — shorten the question or its history."
+        )
+    return models.ModelUnavailableError(models.explain_failure(err, llm))
 
 
 # -----------------------------------------------------------------------------
@@ -276,6 +387,13 @@ class Answer:
     evidence_seconds: float | None = None  # question in, evidence lines ready
     model: str | None = None  # the chat model that wrote the text; None when none did (fixed replies, worked out in code)
     prompt_tokens: int | None = None  # the prompt the model read, in its tokens
+    completion_tokens: int | None = None  # the reply it wrote: the model's own count, else its streamed chunks
+
+    def usage(self) -> dict:
+        """OpenAI's ``usage`` of the answering call: the tokens the model read and wrote (0 when no model wrote
+        the text: a greeting, a refusal decided by the search, a figure worked out in code)."""
+        read, written = self.prompt_tokens or 0, self.completion_tokens or 0
+        return {"prompt_tokens": read, "completion_tokens": written, "total_tokens": read + written}
 
     @property
     def citations(self) -> list[Citation]:
@@ -309,6 +427,7 @@ class Answer:
             "fabricated_citations": sorted({n for s in self.sentences for n in s.fabricated}),
             "evidence": evidence_json(self.evidence),
             "model": self.model,
+            "usage": self.usage(),
         }
 
 
@@ -391,6 +510,9 @@ def ask(
         answer.refused = True
         return _fixed(answer, f"Your question contains {kind}; this app is set not to search for personal data.")
     llm = llm or models.get_chat_model()
+    instructions, history = client_instructions(history)
+    history = fitted_history(question, instructions, history, models.context_length(llm),
+                             lambda text: models.count_tokens(llm, text), models.context_setting(llm))
     if passages is None and (kind := overview.whole_document_request(question)):
         docs = overview.documents_meant(question, retriever, scope)
         if len(docs) > 1 and kind != "compare":
@@ -443,7 +565,7 @@ def ask(
     elif passages is None:
         passages = context.choose_context(query, pages)
     sources = fit_sources(asked, passages, history, lambda text: models.count_tokens(llm, text), models.context_length(llm),
-                          config.LLM_MAX_TOKENS, as_lines)
+                          config.LLM_MAX_TOKENS, as_lines, instructions)
     answer.sources = sources
     what = "line" if as_lines else "passage"
     stage(f"Reading {len(sources)} {what}{'s' if len(sources) != 1 else ''}…")
@@ -452,11 +574,14 @@ def ask(
         answer.model = models.chat_model_label(llm)
         try:
             text = ""
-            messages = build_messages(asked, shown, history, as_lines)
+            messages = build_messages(asked, shown, history, as_lines, instructions)
             answer.prompt_tokens = sum(models.count_tokens(llm, m.content) + 4 for m in messages)
             for chunk in llm.stream(messages):
+                if usage := chunk.usage_metadata:  # the model's own count, in its last chunk
+                    answer.completion_tokens = usage["output_tokens"]
                 if not chunk.content:  # servers open and close a stream with empty chunks
                     continue
+                answer.completion_tokens = (answer.completion_tokens or 0) + 1  # a streamed chunk is a token, until the model counts
                 if answer.first_token_seconds is None:
                     answer.first_token_seconds = time.perf_counter() - t0
                     log.info("First token after %.2fs", answer.first_token_seconds)
@@ -467,7 +592,7 @@ def ask(
                     log.warning("The reply repeats itself; stopped after %d characters", len(text))
                     return
         except Exception as err:  # any transport or server failure mid-answer
-            raise models.ModelUnavailableError(models.explain_failure(err, llm)) from err
+            raise model_failure(err, llm) from err
 
     def pieces() -> Iterator[str]:
         """The reply as it comes; a reply that may turn out to be a bare refusal is held back until it is clear."""

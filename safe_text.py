@@ -44,11 +44,11 @@ _TERMINAL_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-
 _LINK_CONTEXT = 5  # characters of context _LINK_START looks back at ("https")
 _TABLE_RULE = re.compile(r"^\s*\|(\s*:?-{3,}:?\s*\|)+\s*$")
 # The opening bracket of a fence tag of prompts.py, in any spelling a model might read as one:
-# <source>, </source >, < / PAGE>, ＜source＞, &lt;/source&gt;, <\u200b/source> ...
+# <source>, </source >, < / PAGE>, </instructions>, ＜source＞, &lt;/source&gt;, <\u200b/source> ...
 # The spacing around the slash is one run when there is no slash ("/" is optional inside the group, not
 # between two runs that could split the same spaces): "<" then 20,000 spaces is read once, not 20,000 times.
 _FENCE_SPACE = r"[\s\u200b-\u200f\u2060\ufeff]*"
-_FENCE_OPENER = re.compile(rf"(?:<|＜|﹤|&lt;?|&#0*60;?|&#x0*3c;?)(?={_FENCE_SPACE}(?:/{_FENCE_SPACE})?(?:source|page|lines)\b)", re.I)
+_FENCE_OPENER = re.compile(rf"(?:<|＜|﹤|&lt;?|&#0*60;?|&#x0*3c;?)(?={_FENCE_SPACE}(?:/{_FENCE_SPACE})?(?:source|page|lines|instructions)\b)", re.I)
 
 
 def md(text: str) -> str:

@@ -32,7 +32,7 @@ import ingest
 import models
 import qa
 
-from server.errors import ApiError, status_and_message
+from server.errors import ApiError, check_question_length, status_and_message
 from server.shapes import answer_json
 
 if TYPE_CHECKING:
@@ -293,6 +293,7 @@ async def queue_question(
         raise ApiError(400, "The question is empty.")
     if model:
         model = await asyncio.to_thread(check_model, model)  # probes model servers: keep the event loop free
+    await asyncio.to_thread(check_question_length, question, history, model)  # issue 49: too long for the model is a 400, not queued
     scope = await asyncio.to_thread(lib.scope, documents)  # reads the store: keep the event loop free
     if not await asyncio.to_thread(ingest.list_documents, lib.client):
         raise ApiError(409, "Your library is empty: add a PDF first.")

@@ -1,7 +1,11 @@
 """Errors: one JSON shape (OpenAI's), the library's plain messages, the right status.
 
-Every error the API returns is ``{"error": {"message": ..., "status": ...}}``: ``status_and_message`` maps the
-library's exceptions to a status and the sentence the app shows; anything unforeseen is a 500 naming the log.
+Every error the API returns is ``{"error": {"message", "type", "param", "code", "status"}}`` (``error_json``):
+OpenAI's shape, so its client libraries raise the matching exception (openai.NotFoundError for a 404) and
+show the message. ``type`` follows from the status (``error_type``); ``code`` and ``param`` are OpenAI's where
+one applies ("context_length_exceeded" on "messages", "model_not_found" on "model"), else null; ``status``
+repeats the HTTP status. ``status_and_message`` maps the library's exceptions to a status and the sentence
+the app shows; anything unforeseen is a 500 naming the log.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import config
 import extract
 import ingest
 import models
+import qa
 
 log = logging.getLogger(__name__)
 
@@ -26,10 +31,32 @@ log = logging.getLogger(__name__)
 # Errors: one JSON shape, the app's plain messages, the right status
 
 
+class ErrorMessage(str):
+    """An error's plain message that also carries OpenAI's ``code`` and ``param``. A str, so it travels wherever
+    a message does (an ApiError, the answer worker's error event, an exception handler) and ``error_json`` finds
+    them at the end: ErrorMessage("Too long.", "context_length_exceeded", "messages")."""
+
+    code: str | None
+    param: str | None
+
+    def __new__(cls, text: str, code: str | None = None, param: str | None = None) -> "ErrorMessage":
+        message = super().__new__(cls, text)
+        message.code, message.param = code, param
+        return message
+
+
 class ApiError(Exception):
-    def __init__(self, status: int, message: str):
+    """An error the API answers with ``status`` and the plain ``message``; ``code`` and ``param`` where OpenAI has them."""
+
+    def __init__(self, status: int, message: str, code: str | None = None, param: str | None = None):
         super().__init__(message)
-        self.status, self.message = status, message
+        self.status = status
+        self.message = ErrorMessage(message, code, param) if code or param else message
+
+
+def too_long(message: str) -> ErrorMessage:
+    """OpenAI's context_length_exceeded: the question (the request's messages) is longer than the model reads."""
+    return ErrorMessage(message, "context_length_exceeded", "messages")
 
 
 # Most specific first: every ingest error is an IngestError.
@@ -48,6 +75,8 @@ def status_and_message(err: Exception) -> tuple[int, str]:
     """The HTTP status and plain message for an error raised by the library's modules."""
     if isinstance(err, ApiError):
         return err.status, err.message
+    if isinstance(err, qa.QuestionTooLong):  # bad input, not a fault: a client that retries gets the same
+        return 400, too_long(str(err))
     for kind, status in _STATUS_OF:
         if isinstance(err, kind):
             return status, models.explain_failure(err) if kind is httpx.TransportError else str(err)
@@ -55,8 +84,58 @@ def status_and_message(err: Exception) -> tuple[int, str]:
     return 500, f"Something went wrong inside the server; the log ({config.LOG_FILE}) has the details."
 
 
+# OpenAI's error types by status; any other 4xx is an invalid request, any 5xx a server error.
+_TYPE_OF = {401: "authentication_error", 403: "permission_error", 404: "not_found_error", 429: "rate_limit_error"}
+
+
+def error_type(status: int) -> str:
+    """error_type(404) -> "not_found_error"; error_type(503) -> "server_error"; error_type(413) -> "invalid_request_error" """
+    return "server_error" if status >= 500 else _TYPE_OF.get(status, "invalid_request_error")
+
+
+def error_json(status: int, message: str) -> dict:
+    """The inside of every error body (and of a streamed reply's error chunk): the message, OpenAI's type,
+    param and code (those two from an ErrorMessage, else null) and the status."""
+    return {"message": str(message), "type": error_type(status), "param": getattr(message, "param", None),
+            "code": getattr(message, "code", None), "status": status}
+
+
 def error_response(status: int, message: str, headers: dict | None = None) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "status": status}}, status_code=status, headers=headers)
+    """The one place every error reply of the API is made."""
+    return JSONResponse({"error": error_json(status, message)}, status_code=status, headers=headers)
+
+
+def check_question_length(question: str, history: list[tuple[str, str]], model: str | None = None) -> None:
+    """A 400 (context_length_exceeded) before a question is queued when it, with the asker's instructions (an
+    OpenAI client's system messages), cannot fit the context of the model that would answer beside what an answer
+    needs (qa.fitted_history). Counted by that model when it is loaded; else estimated low (6 characters a token),
+    so only a sure overflow is refused here, and the answer worker, counting exactly, refuses the rest the same
+    way. A merely long history is never refused: the worker keeps its latest turns that fit."""
+    try:
+        choice = model or models.default_choice()
+    except models.ModelUnavailableError:
+        return  # no model to answer: the worker says why
+    llm = models.loaded_chat_model(choice)
+    on_server = choice.startswith("openai:")
+    if llm is not None:
+        n_ctx, setting = models.context_length(llm), models.context_setting(llm)
+
+        def count(text: str) -> int:
+            return models.count_tokens(llm, text)
+    elif on_server and config.OPENAI_CONTEXT <= 0:
+        return  # a server model not loaded yet: its context is not known until it is
+    else:
+        n_ctx, setting = (config.OPENAI_CONTEXT, "OPENAI_CONTEXT") if on_server else (config.LLM_N_CTX, "LLM_N_CTX")
+
+        def count(text: str) -> int:
+            return len(text) // 6
+    instructions, _ = qa.client_instructions(history)
+    try:
+        qa.fitted_history(question, instructions, [], n_ctx, count, setting)
+    except qa.QuestionTooLong as err:
+        raise ApiError(400, too_long(str(err))) from err
+    except models.ModelUnavailableError as err:  # the tokenizer failed: the worker will say so with the answer
+        log.warning("The question's length was not checked before queueing: %s", err)
 
 
 def validation_message(err: RequestValidationError) -> str:
