@@ -154,4 +154,7 @@ class IngestWorker:
         if lib.enricher is not None:
             lib.enricher.submit(result.collection)
         note = "Already in the library" if result.cached else f"Searchable: {result.pages} pages, {result.chunks} passages"
-        job.finish("done", note, cached=result.cached, pages=result.pages, passages=result.chunks, ocr_pages=result.ocr_pages)
+        if result.cut_pages:  # said in the last message too: a client may only read that one
+            note += f". Text cut: {ingest.cut_pages_note(result.cut_pages)}"
+        job.finish("done", note, cached=result.cached, pages=result.pages, passages=result.chunks, ocr_pages=result.ocr_pages,
+                   cut_pages=result.cut_pages)

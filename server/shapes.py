@@ -33,6 +33,7 @@ def document_json(doc: dict, enricher: ingest.BackgroundEnricher | None) -> dict
         "passages": doc.get("chunks"),
         "ocr_pages": [n for n, s in enumerate(sources, 1) if s == "O"],
         "empty_pages": [n for n, s in enumerate(sources, 1) if s == "E"],
+        "cut_pages": ingest.cut_pages_in(doc),  # pages whose text passed MAX_PAGE_CHARS: [{"page", "kept", "dropped"}]
         "labels": labels,
         "sha256": doc.get("sha256"),
         "embedder": doc.get("embedder"),

@@ -16,6 +16,7 @@ import pytest
 from conftest import FACT_PAGES, write_text_pdf
 from starlette.datastructures import Headers
 from test_api import error_of, sse_events, start_server
+from test_ingest_limits import write_dense_page_pdf
 
 from evaluation import bench
 from server.access import from_another_site, referer_origin
@@ -115,12 +116,17 @@ def questions(http: httpx.Client) -> dict:
     return http.get("/api/health").json()["questions"]
 
 
-def wait_idle(http: httpx.Client, timeout: float = 300) -> dict:
-    """The questions' state once none waits and none is being answered."""
+ENDED = ("answered", "failed", "stopped_when_client_left", "left_the_line")
+
+
+def wait_idle(http: httpx.Client, since: dict | None = None, ended: int = 0, timeout: float = 300) -> dict:
+    """The questions' state once none waits, none is being answered and, counted from ``since``,
+    ``ended`` more questions have ended (a request abandoned early may reach the line late)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         state = questions(http)
-        if not state["waiting"] and not state["answering"]:
+        done = sum(state[k] - since[k] for k in ENDED) if since else 0
+        if not state["waiting"] and not state["answering"] and done >= ended:
             return state
         time.sleep(0.2)
     raise AssertionError(f"the answer worker was still busy after {timeout} s: {state}")
@@ -135,8 +141,8 @@ def test_questions_abandoned_by_the_openai_clients_timeout_and_retries_are_never
         impatient.chat.completions.create(model="pdf-library", messages=[{"role": "user", "content": QUESTION}])
     with pytest.raises(httpx.ReadTimeout):  # /api/ask's JSON reply too
         httpx.post(f"{url}/api/ask", json={"question": QUESTION}, timeout=0.2)
-    after = wait_idle(http)
-    assert after["answered"] == before["answered"], after  # not one of the four was answered
+    after = wait_idle(http, since=before, ended=4)
+    assert after["answered"] == before["answered"] and after["failed"] == before["failed"], after  # not one of the four was answered
     gone = (after["stopped_when_client_left"] - before["stopped_when_client_left"]) + (after["left_the_line"] - before["left_the_line"])
     assert gone == 4, after
     with http.stream("POST", "/api/ask", json={"question": QUESTION, "stream": True}) as reply:
@@ -231,3 +237,23 @@ def test_uploads_waiting_behind_another_are_told_their_place_and_whom_they_wait_
         with http.stream("GET", job["url"] + "/events") as stream:
             events = list(sse_events(stream))
         assert events[-1][0] == "done", events[-1]
+
+
+@pytest.mark.slow  # starts a server
+def test_a_page_with_megabytes_of_text_is_cut_said_per_page_and_does_not_hold_up_the_next_upload(served):
+    _, http, folder = served
+    dense = write_dense_page_pdf(folder / "dense.pdf", 5_000_000)
+    small = write_text_pdf(folder / "after-dense.pdf", ["A small upload queued behind the dense one."])
+    reply = http.post("/api/documents", files=[("files", (p.name, p.read_bytes(), "application/pdf")) for p in (dense, small)])
+    assert reply.status_code == 202, reply.text
+    dense_job, small_job = reply.json()["jobs"]
+    assert small_job["message"].startswith("Waiting for its turn: 1 upload ahead")
+    for job in (dense_job, small_job):
+        with http.stream("GET", job["url"] + "/events") as stream:
+            events = list(sse_events(stream))
+        assert events[-1][0] == "done", events[-1]
+    final = http.get(dense_job["url"]).json()
+    [cut] = final["cut_pages"]
+    assert cut["page"] == 1 and cut["kept"] <= 50_000 and cut["kept"] + cut["dropped"] > 4_000_000  # the text PyMuPDF reads back
+    assert "Page 1: kept the first" in final["message"] and "MAX_PAGE_CHARS" in final["message"]
+    assert http.get(f"/api/documents/{dense_job['document_id']}").json()["cut_pages"] == [cut]
