@@ -993,8 +993,7 @@ def loaded_chat_model(choice: str | None = None) -> BaseChatModel | None:
         choice = choice or default_choice()
     except ModelUnavailableError:
         return None
-    with _LOADING:
-        return _LOADED.get(choice)
+    return _LOADED.get(choice)  # no lock: it is held for the whole of a load, and one dict read is atomic
 
 
 def count_tokens(model: BaseChatModel, text: str) -> int:
