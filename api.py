@@ -23,11 +23,11 @@
                                              too); "conversation" in /api/ask appends the question and
                                              its answer to one when the answer is out
 
-Every error is JSON ``{"error": {"message": ..., "status": ...}}`` (OpenAI's shape, so
-its client libraries show the message) with the same plain sentence the app shows and
-a fitting status (400 bad input or a model no one can answer with, 404 unknown, 409
-conflicting state, 413 too large, 415 not a PDF, 503 a store or model that does not
-answer); never a traceback. A model failing mid-answer (server gone, key refused,
+Every error is JSON ``{"error": {"message", "type", "param", "code", "status"}}`` (OpenAI's shape,
+so its client libraries raise the matching error and show the message) with the same plain sentence
+the app shows and a fitting status (400 bad input, a question too long for the model or a model no one
+can answer with, 404 unknown, 409 conflicting state, 413 too large, 415 not a PDF, 503 a store or model
+that does not answer, or a full question line, with Retry-After); never a traceback. A model failing mid-answer (server gone, key refused,
 connection cut, slower than LLM_TIMEOUT) is the same: a sentence, and the next
 question is answered. With
 API_TOKEN set every request needs it as a bearer token; without it only requests whose

@@ -32,7 +32,7 @@ import ingest
 import models
 import qa
 
-from server.errors import ApiError, check_question_length, status_and_message
+from server.errors import ApiError, status_and_message, too_long
 from server.shapes import answer_json
 
 if TYPE_CHECKING:
@@ -281,7 +281,40 @@ def check_model(choice: str) -> str:
     if name and kind == "openai" and config.OPENAI_BASE_URL and models.server_models() is None:
         return choice
     ids = ", ".join(c.id for c in available) or "none"
-    raise ApiError(400, f"There is no model '{choice}' to answer with. The models that can answer now: {ids}.")
+    raise ApiError(400, f"There is no model '{choice}' to answer with. The models that can answer now: {ids}.", "model_not_found", "model")
+
+
+def check_question_length(question: str, history: list[tuple[str, str]], model: str | None = None) -> None:
+    """A 400 (context_length_exceeded) before a question is queued when it, with the asker's instructions (an
+    OpenAI client's system messages), cannot fit the context of the model that would answer beside what an answer
+    needs (qa.fitted_history). Counted by that model when it is loaded; else estimated low (6 characters a token),
+    so only a sure overflow is refused here, and the answer worker, counting exactly, refuses the rest the same
+    way. A merely long history is never refused: the worker keeps its latest turns that fit."""
+    try:
+        choice = model or models.default_choice()
+    except models.ModelUnavailableError:
+        return  # no model to answer: the worker says why
+    llm = models.loaded_chat_model(choice)
+    on_server = choice.startswith("openai:")
+    if llm is not None:
+        n_ctx, setting = models.context_length(llm), models.context_setting(llm)
+
+        def count(text: str) -> int:
+            return models.count_tokens(llm, text)
+    elif on_server and config.OPENAI_CONTEXT <= 0:
+        return  # a server model not loaded yet: its context is not known until it is
+    else:
+        n_ctx, setting = (config.OPENAI_CONTEXT, "OPENAI_CONTEXT") if on_server else (config.LLM_N_CTX, "LLM_N_CTX")
+
+        def count(text: str) -> int:
+            return len(text) // 6
+    instructions, _ = qa.client_instructions(history)
+    try:
+        qa.fitted_history(question, instructions, [], n_ctx, count, setting)
+    except qa.QuestionTooLong as err:
+        raise ApiError(400, too_long(str(err))) from err
+    except models.ModelUnavailableError as err:  # the tokenizer failed: the worker will say so with the answer
+        log.warning("The question's length was not checked before queueing: %s", err)
 
 
 async def queue_question(
@@ -293,7 +326,7 @@ async def queue_question(
         raise ApiError(400, "The question is empty.")
     if model:
         model = await asyncio.to_thread(check_model, model)  # probes model servers: keep the event loop free
-    await asyncio.to_thread(check_question_length, question, history, model)  # issue 49: too long for the model is a 400, not queued
+    await asyncio.to_thread(check_question_length, question, history, model)  # too long for the model: a 400, never queued
     scope = await asyncio.to_thread(lib.scope, documents)  # reads the store: keep the event loop free
     if not await asyncio.to_thread(ingest.list_documents, lib.client):
         raise ApiError(409, "Your library is empty: add a PDF first.")

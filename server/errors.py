@@ -65,6 +65,7 @@ _STATUS_OF = (
     (extract.NotAPDFError, 415),
     (ingest.StoreUnavailableError, 503),
     (ingest.EmbedderMismatchError, 409),
+    (ingest.StoreWriteError, 500),  # the store refused a write (a full disk): the server's fault, said in a sentence
     (extract.IngestError, 400),
     (models.ModelUnavailableError, 503),
     (httpx.TransportError, 503),  # e.g. Ollama's embedder gone mid-search
@@ -104,38 +105,6 @@ def error_response(status: int, message: str, headers: dict | None = None) -> JS
     """The one place every error reply of the API is made."""
     return JSONResponse({"error": error_json(status, message)}, status_code=status, headers=headers)
 
-
-def check_question_length(question: str, history: list[tuple[str, str]], model: str | None = None) -> None:
-    """A 400 (context_length_exceeded) before a question is queued when it, with the asker's instructions (an
-    OpenAI client's system messages), cannot fit the context of the model that would answer beside what an answer
-    needs (qa.fitted_history). Counted by that model when it is loaded; else estimated low (6 characters a token),
-    so only a sure overflow is refused here, and the answer worker, counting exactly, refuses the rest the same
-    way. A merely long history is never refused: the worker keeps its latest turns that fit."""
-    try:
-        choice = model or models.default_choice()
-    except models.ModelUnavailableError:
-        return  # no model to answer: the worker says why
-    llm = models.loaded_chat_model(choice)
-    on_server = choice.startswith("openai:")
-    if llm is not None:
-        n_ctx, setting = models.context_length(llm), models.context_setting(llm)
-
-        def count(text: str) -> int:
-            return models.count_tokens(llm, text)
-    elif on_server and config.OPENAI_CONTEXT <= 0:
-        return  # a server model not loaded yet: its context is not known until it is
-    else:
-        n_ctx, setting = (config.OPENAI_CONTEXT, "OPENAI_CONTEXT") if on_server else (config.LLM_N_CTX, "LLM_N_CTX")
-
-        def count(text: str) -> int:
-            return len(text) // 6
-    instructions, _ = qa.client_instructions(history)
-    try:
-        qa.fitted_history(question, instructions, [], n_ctx, count, setting)
-    except qa.QuestionTooLong as err:
-        raise ApiError(400, too_long(str(err))) from err
-    except models.ModelUnavailableError as err:  # the tokenizer failed: the worker will say so with the answer
-        log.warning("The question's length was not checked before queueing: %s", err)
 
 
 def validation_message(err: RequestValidationError) -> str:

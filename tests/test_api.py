@@ -414,8 +414,9 @@ def test_an_unknown_model_is_400_naming_the_ones_that_can_answer_and_the_next_qu
     status, message = error_of(api.post("/api/ask", json={"question": QUESTION, "model": "ollama:llama3.2:3b"}))
     assert status == 503 and message.startswith("Ollama is not answering at http://127.0.0.1:")  # a known kind, down
     client = openai.OpenAI(base_url=f"{server}/v1", api_key="unused", max_retries=0)
-    with pytest.raises(openai.BadRequestError, match="There is no model 'openai:gpt-9' to answer with"):
+    with pytest.raises(openai.BadRequestError, match="There is no model 'openai:gpt-9' to answer with") as refused:
         client.chat.completions.create(model="openai:gpt-9", messages=[{"role": "user", "content": QUESTION}])
+    assert (refused.value.code, refused.value.param) == ("model_not_found", "model")
     # a name that is no model id (what clients send by habit) is the library's default, as it always was
     reply = client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": QUESTION}])
     assert reply.model == EMBEDDED_ID and "facts.pdf, page 3 (verified)" in shown(reply.choices[0].message.content)
