@@ -203,7 +203,11 @@ class YieldedToQuestion(RuntimeError):
     """A background call stopped mid-reply because a question arrived; run it again later."""
 
 
-class BackgroundCancelled(RuntimeError):
+class ReplyCancelled(RuntimeError):
+    """A reply stopped (mid-prompt or mid-reply) because its cancel event was set: nobody wants it any more."""
+
+
+class BackgroundCancelled(ReplyCancelled):
     """A background call stopped (before or mid-reply) because its job's cancel event was set; do not retry it."""
 
 
@@ -324,7 +328,7 @@ class EmbeddedChatModel(BaseChatModel):
     max_tokens: int = 512
     json_schema: dict | None = None
     background: bool = False
-    cancel: threading.Event | None = None  # a background job's stop signal (see for_background_json)
+    cancel: threading.Event | None = None  # stop signal: a background job's (for_background_json), or an asker's (cancellable)
     reuse_prompt_cache: bool = True  # off only for benchmarks that ask the same prompt twice
     server: Any = None
     tokenize_url: str = ""
@@ -367,8 +371,8 @@ class EmbeddedChatModel(BaseChatModel):
             request["stop"] = stop
         if self.json_schema:
             request["json_schema"] = self.json_schema
-        if self.background:
-            request["return_progress"] = True  # a chunk per prompt step, so a question can stop it mid-prompt
+        if self.background or self.cancel is not None:
+            request["return_progress"] = True  # a chunk per prompt step, so it can be stopped mid-prompt
         return request
 
     def _chunks(self, request: dict) -> Iterator[dict]:
@@ -381,7 +385,7 @@ class EmbeddedChatModel(BaseChatModel):
         handed: queue.Queue = queue.Queue()
         abandoned = threading.Event()
         yielded = threading.Event()
-        cancel = self.cancel if self.background else None
+        cancel = self.cancel
 
         def on_chunk(chunk: dict) -> bool:
             handed.put(chunk)
@@ -409,7 +413,7 @@ class EmbeddedChatModel(BaseChatModel):
                 if "error" in chunk:
                     raise RuntimeError(chunk["error"].get("message", str(chunk["error"])))
                 if cancel is not None and cancel.is_set():
-                    raise BackgroundCancelled("background job cancelled")
+                    raise BackgroundCancelled("background job cancelled") if self.background else ReplyCancelled("the asker went away")
                 if yielded.is_set():
                     raise YieldedToQuestion("a question arrived")
                 yield chunk
@@ -1019,6 +1023,15 @@ def with_max_tokens(model: BaseChatModel, max_tokens: int) -> BaseChatModel:
     if isinstance(model, EmbeddedChatModel) or isinstance(model, ServerChatModel):
         return model.model_copy(update={"max_tokens": max_tokens})
     return model.model_copy(update={"num_predict": max_tokens})
+
+
+def cancellable(model: BaseChatModel, cancel: threading.Event) -> BaseChatModel:
+    """A copy of ``model`` whose replies stop, raising ReplyCancelled, as soon as ``cancel`` is set: the embedded
+    model mid-prompt too (reading a long prompt takes seconds that nobody should wait behind). A server model
+    stops when its stream is closed, which the asker's code does; it is returned as it is."""
+    if isinstance(model, EmbeddedChatModel):
+        return model.model_copy(update={"cancel": cancel})
+    return model
 
 
 def for_background_json(

@@ -334,7 +334,10 @@ _CONTEXT_OVERFLOW = re.compile(r"exceeds the available context size|maximum cont
 def model_failure(err: Exception, llm: BaseChatModel) -> Exception:
     """What to raise for a model call that failed: QuestionTooLong when the model says the prompt overflowed its
     context (llama.cpp: "exceeds the available context size"; OpenAI, vLLM: "maximum context length"), for the
-    prompt is the asker's to shorten; else ModelUnavailableError with a plain sentence."""
+    prompt is the asker's to shorten; a reply stopped on purpose (models.ReplyCancelled: the asker left) as it is,
+    for it is no failure; else ModelUnavailableError with a plain sentence."""
+    if isinstance(err, models.ReplyCancelled):
+        return err
     if _CONTEXT_OVERFLOW.search(str(err)):
         return QuestionTooLong(
             f"The question, its history and the lines it needs are longer than the model reads at once "

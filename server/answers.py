@@ -232,6 +232,7 @@ class AnswerWorker:
         q = job.question
         try:
             job.model_id, llm = self.chat_model(q.model)
+            llm = models.cancellable(llm, job.cancelled)  # a client that leaves stops the model, even mid-prompt
             self.answering = job.model_id
             stream = qa.ask(q.text, self.library.retriever, llm=llm, history=q.history, scope=q.scope, k=q.k)
             job.emit("evidence", qa.evidence_json(stream.evidence))  # found before any model call: show it while the model works
@@ -252,6 +253,9 @@ class AnswerWorker:
                 answer["conversation"] = save_exchange(q, stream, job.model_id)
             job.emit("answer", answer)
             self.answered += 1
+        except models.ReplyCancelled:
+            log.info("Stopped answering: the client went away")
+            self.stopped += 1
         except Exception as err:  # any failure becomes the request's error event; the worker goes on
             status, message = status_and_message(err)
             log.warning("Answering with %s failed: %s", job.model_id or "the default model", message)

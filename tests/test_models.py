@@ -13,6 +13,7 @@ from langchain_core.messages import HumanMessage
 
 import config
 import models
+import qa
 
 
 def test_default_embedded_llm_assembles_and_verifies_against_its_pins(default_llm):
@@ -51,6 +52,31 @@ def test_a_stream_left_unread_frees_the_model_for_the_next_call(llm):
     stream.close()  # like a browser tab closed mid-answer
     reply = models.with_max_tokens(llm, 4).invoke([HumanMessage("Say yes.")])
     assert reply.content.strip()
+
+
+def test_a_cancelled_question_stops_the_model_while_it_still_reads_the_prompt(llm):
+    asker_left = threading.Event()
+    leaving = models.cancellable(models.with_max_tokens(llm, 50), asker_left)
+    prompt = "Summarise these notes. " + " ".join(f"Note {n}: the harbour logged vessel {n} at noon." for n in range(250))
+
+    def leave_once_the_model_reads() -> None:
+        while not models._REPLIES:  # the call has reached llama.cpp, which reads ~3,000 prompt tokens first
+            time.sleep(0.005)
+        asker_left.set()
+
+    threading.Thread(target=leave_once_the_model_reads).start()
+    written = []
+    with pytest.raises(models.ReplyCancelled):
+        for chunk in leaving.stream([HumanMessage(prompt)]):
+            written.append(chunk.content)
+    assert not "".join(written)  # stopped before a word of the reply
+    assert leaving._request([HumanMessage(prompt)], None)["return_progress"]  # a step per prompt batch: it can stop mid-prompt
+    assert models.with_max_tokens(llm, 4).invoke([HumanMessage("Say yes.")]).content.strip()  # the model is free
+
+
+def test_a_cancelled_reply_is_no_model_failure_and_passes_through_as_it_is():
+    stopped = models.ReplyCancelled("the asker went away")
+    assert qa.model_failure(stopped, None) is stopped
 
 
 def test_stop_words_end_the_reply(llm):
