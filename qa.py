@@ -514,8 +514,9 @@ def ask(
         return _fixed(answer, f"Your question contains {kind}; this app is set not to search for personal data.")
     llm = llm or models.get_chat_model()
     instructions, history = client_instructions(history)
-    history = fitted_history(question, instructions, history, models.context_length(llm),
-                             lambda text: models.count_tokens(llm, text), models.context_setting(llm))
+    if history or instructions:  # only then is there something to fit; a bare question too long fails at the model (model_failure)
+        history = fitted_history(question, instructions, history, models.context_length(llm),
+                                 lambda text: models.count_tokens(llm, text), models.context_setting(llm))
     if passages is None and (kind := overview.whole_document_request(question)):
         docs = overview.documents_meant(question, retriever, scope)
         if len(docs) > 1 and kind != "compare":
