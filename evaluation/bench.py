@@ -10,7 +10,7 @@
     python -m evaluation.bench runtime [--models ...] [--rounds 3] [--source-chars 800] [--json OUT]
     python -m evaluation.bench summary --store STORE [--docs PDF...] [--model NAME] [--json OUT]
     python -m evaluation.bench api [--clients 20] [--ask-clients 4] [--chunks 10000] [--model NAME] [--json OUT]
-    python -m evaluation.bench abandoned [--model NAME] [--timeout 1.5] [--rounds 3] [--json OUT]
+    python -m evaluation.bench abandoned [--model NAME] [--timeout 1.5] [--rounds 3] [--abandon 3] [--json OUT]
 
 ``ingest`` runs each PDF in a fresh child process with an empty temporary
 store, so every row has its own cold start and its own peak RSS. A row gives
@@ -43,9 +43,10 @@ from each of ``--clients`` concurrent /api/search clients, then ``--ask-rounds``
 questions from each of ``--ask-clients`` /api/ask clients, and reports p50/p95/max
 latency, errors, the longest wait in the answer queue and whether answers came
 round by round (a fair queue); it exits non-zero when any request failed.
-``abandoned`` starts a real server with input_data's PDF, then, each round, lets the official ``openai``
-client ask with a ``--timeout`` second timeout and its default two retries (three requests, each abandoned),
-and at once asks one streamed /api/ask: it reports when that next question's evidence and first word came.
+``abandoned`` starts a real server with input_data's PDF, then, each round, lets ``--abandon`` askers using the
+official ``openai`` client give up at once, each on its own question (a ``--timeout`` second timeout and the
+client's default two retries: three requests each), then asks one streamed /api/ask: it reports when that next
+question's evidence and first word came (``--abandon 0``: the same with nobody giving up, the baseline).
 ``memory`` runs, in a fresh child process on an empty store, what the app does with
 one upload: the embedder and a BackgroundEnricher, the PDF ingested and submitted for
 labels, ``--questions`` questions asked while the labeller runs (the first racing it
@@ -929,9 +930,12 @@ def time_api(args) -> list[dict]:
     return rows
 
 
-def time_after_abandoned(model: str, timeout: float, rounds: int) -> list[dict]:
-    """Seconds to the evidence and the first word of a question asked right after the openai client
-    gave up on one (``timeout`` s, two retries), ``rounds`` times, on a real server answering with ``model``."""
+def time_after_abandoned(model: str, timeout: float, rounds: int, abandon: int) -> list[dict]:
+    """Seconds to the evidence and the first word of a question asked right after ``abandon`` impatient
+    askers gave up (the official openai client, ``timeout`` s, its default two retries, each with its own
+    question so the prompt cache does not hide the work), ``rounds`` times, on a real server with ``model``."""
+    import threading
+
     import httpx
     import openai
 
@@ -939,33 +943,42 @@ def time_after_abandoned(model: str, timeout: float, rounds: int) -> list[dict]:
     settings = {"CHROMA_PERSIST_DIR": str(folder / "store"), "CHROMA_HOST": "", "ENRICH_ENABLED": "false", "API_TOKEN": "",
                 "LLM_BACKEND": "embedded", "EMBED_BACKEND": "embedded", "EMBEDDED_LLM": model, "LOG_FILE": str(folder / "api.log")}
     proc, url = start_api_server(settings, folder / "server.out")
-    questions = [q["question"] for q in json.loads((Path(config.INPUT_DATA_DIR) / "eval_questions.json").read_text())]
+    questions = iter(q["question"] for q in json.loads((Path(config.INPUT_DATA_DIR) / "eval_questions.json").read_text()))
     rows = []
+
+    def give_up(question: str, gave_up: list) -> None:
+        impatient = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=timeout)  # default max_retries=2
+        try:
+            impatient.chat.completions.create(model=config.API_MODEL_ID, messages=[{"role": "user", "content": question}])
+        except openai.APITimeoutError:
+            gave_up.append(question)
+
     try:
         with httpx.Client(base_url=url, timeout=600) as http:
             pdf = MEMORY_PDF
             [job] = http.post("/api/documents", files={"files": (pdf.name, pdf.read_bytes(), "application/pdf")}).json()["jobs"]
             while http.get(f"/api/jobs/{job['id']}").json()["state"] not in ("done", "failed"):
                 time.sleep(0.5)
-            http.post("/api/ask", json={"question": questions[0]})  # the model loaded and warm
-            impatient = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=timeout)  # default max_retries=2
+            http.post("/api/ask", json={"question": next(questions)})  # the model loaded and warm
             for n in range(rounds):
-                try:
-                    impatient.chat.completions.create(model=config.API_MODEL_ID, messages=[{"role": "user", "content": questions[1 + n]}])
-                    abandoned = False
-                except openai.APITimeoutError:
-                    abandoned = True
-                sent, row = time.monotonic(), {"round": n + 1, "abandoned": abandoned}
-                with http.stream("POST", "/api/ask", json={"question": questions[1 + rounds + n], "stream": True}) as reply:
+                gave_up: list[str] = []
+                askers = [threading.Thread(target=give_up, args=(next(questions), gave_up)) for _ in range(abandon)]
+                for asker in askers:
+                    asker.start()
+                for asker in askers:
+                    asker.join()
+                sent, row = time.monotonic(), {"round": n + 1, "abandoned": len(gave_up)}
+                with http.stream("POST", "/api/ask", json={"question": next(questions), "stream": True}) as reply:
                     for line in reply.iter_lines():
                         kind = line[6:].strip() if line.startswith("event:") else None
-                        if kind == "queued" or kind == "evidence":
+                        if kind in ("queued", "evidence"):
                             row.setdefault(f"{kind}_s", round(time.monotonic() - sent, 2))
                         elif kind == "token" and "first_word_s" not in row:
                             row["first_word_s"] = round(time.monotonic() - sent, 2)
                         elif kind in ("answer", "error"):
                             row["done_s"] = round(time.monotonic() - sent, 2)
                 rows.append(row)
+                time.sleep(30 if abandon else 0)  # a server that answers abandoned questions would still be at it: let it finish
     finally:
         stop_api_server(proc)
         shutil.rmtree(folder, ignore_errors=True)
@@ -1076,6 +1089,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default=config.EMBEDDED_LLM, help="embedded chat model the server answers with")
     p.add_argument("--timeout", type=float, default=1.5, help="the openai client's timeout, in seconds")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--abandon", type=int, default=3, help="impatient askers before each timed question (0: the baseline)")
     p.add_argument("--json", type=Path)
     p = sub.add_parser("summary")
     p.add_argument("--store", type=Path, required=True, help="a store holding the bench's documents (labelled, for the time figure)")
@@ -1151,7 +1165,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if all(r["errors"] == 0 for r in rows) else 1
     if args.command == "abandoned":
         config.setup_logging(40)
-        rows = time_after_abandoned(args.model, args.timeout, args.rounds)
+        rows = time_after_abandoned(args.model, args.timeout, args.rounds, args.abandon)
         keys = ["round", "abandoned", "queued_s", "evidence_s", "first_word_s", "done_s"]
         print_table([keys] + [[r.get(k, "") for k in keys] for r in rows])
         if args.json:
