@@ -766,8 +766,8 @@ def main() -> None:
     try:
         scope, k, show_trace, choice, panel = sidebar()
         library = {d["collection"] for d in ingest.list_documents(store())}
-    except ingest.StoreUnavailableError as err:  # a CHROMA_HOST server that is down: say how to fix it
-        st.error(md(err))
+    except (ingest.StoreUnavailableError, models.ModelUnavailableError) as err:
+        st.error(md(err))  # a CHROMA_HOST server that is down, an EMBED_MODEL folder that is not there: how to fix it
         return
     st.title("Chat with your PDFs")
     if note := st.session_state.pop("address_note", None):

