@@ -764,6 +764,7 @@ def chat(scope: list[str] | None, k: int, show_trace: bool, choice: str | None, 
 def main() -> None:
     follow_address()
     try:
+        embedder()  # first: an embedder that cannot be had (a folder not there) is said now, not at the first upload
         scope, k, show_trace, choice, panel = sidebar()
         library = {d["collection"] for d in ingest.list_documents(store())}
     except (ingest.StoreUnavailableError, models.ModelUnavailableError) as err:

@@ -787,8 +787,14 @@ def _onnx_model(path: Path, setting: str) -> LocalModel:
     data = [p for p in path.parent.iterdir() if p.name.startswith(path.name) and p != path]  # weights kept outside the graph
     configs = [p for p in (folder / "tokenizer.json", folder / "config_sentence_transformers.json",
                            folder / "sentence_bert_config.json", folder / "1_Pooling" / "config.json") if p.is_file()]
-    name = f"local:{path.parent.name}/{path.name}#{_fingerprint([path, *data, *configs], folder, settings)}"
+    name = f"local:{folder.name}/{path.relative_to(folder)}#{_fingerprint([path, *data, *configs], folder, settings)}"
     return LocalModel("onnx", path, folder, settings[1], query, document, settings[4], name)
+
+
+def _elsewhere(parts: tuple[str, ...]) -> bool:
+    """Whether a file (by the parts of its path inside a sentence-transformers folder) is not read by
+    sentence-transformers: exports for other runtimes (onnx/, openvino/), hidden folders (.cache/, .git/)."""
+    return any(part in ("onnx", "openvino") or part.startswith(".") for part in parts[:-1])
 
 
 def _sentence_transformers_model(folder: Path, setting: str) -> LocalModel:
@@ -802,7 +808,7 @@ def _sentence_transformers_model(folder: Path, setting: str) -> LocalModel:
     query, document = _prompts(folder)
     settings = ("sentence-transformers", "its own", query, document, _max_tokens(folder))  # pooling: 1_Pooling/config.json, fingerprinted
     files = [p for p in folder.rglob("*") if p.is_file() and p.suffix in WEIGHT_SUFFIXES + CONFIG_SUFFIXES
-             and p.suffix != ".onnx" and not {"onnx", "openvino"} & set(p.relative_to(folder).parts)]
+             and p.suffix != ".onnx" and not _elsewhere(p.relative_to(folder).parts)]
     name = f"local:{folder.name}#{_fingerprint(files, folder, settings)}"
     return LocalModel("sentence-transformers", folder, folder, settings[1], query, document, settings[4], name)
 
@@ -818,8 +824,9 @@ def local_model(value: str, setting: str) -> LocalModel:
 
     local_model("/models/embeddinggemma-300m", "EMBED_MODEL").name -> "local:embeddinggemma-300m#1a2b3c4d"
     local_model("/models/minilm/model.onnx", "EMBED_MODEL").name -> "local:minilm/model.onnx#5e6f7a8b"
+    local_model("/models/gemma/onnx/model_quantized.onnx", "EMBED_MODEL").name -> "local:gemma/onnx/model_quantized.onnx#9c0d1e2f"
     """
-    path = Path(value).expanduser()
+    path = Path(value).expanduser().absolute()  # not resolve(): a symlinked file keeps the folder it is linked into
     if not value.strip() or not path.exists():
         raise ModelUnavailableError(f"{setting}={value!r}: there is no such folder or file on this machine. {LOCAL_EMBEDDER_HELP}")
     if path.is_file():
@@ -865,6 +872,11 @@ class OnnxEmbeddings(TokenizedEmbeddings):
                 "attention_mask (export it for feature extraction, without past key values).")
         outputs = [o.name for o in self.session.get_outputs()]
         self.output = "sentence_embedding" if "sentence_embedding" in outputs else outputs[0]
+        if self.output != "sentence_embedding" and _has_dense_layers(model.folder):
+            raise ModelUnavailableError(
+                f"{model.path} gives token states, but the model adds Dense layers after pooling (its modules.json), "
+                "which this export leaves out. Export it with `optimum-cli export onnx --library sentence_transformers`, "
+                "whose graph gives the finished vector (sentence_embedding).")
         self.name, self.pooling, self.model = model.name, model.pooling, model
         self.query_prompt, self.document_prompt = model.query_prompt, model.document_prompt
         self.tokenizer = prepared_tokenizer(Tokenizer.from_file(str(model.folder / "tokenizer.json")), model.max_tokens)
@@ -913,6 +925,15 @@ class SentenceTransformerEmbeddings(Embeddings):
 
     def embed_query(self, text: str) -> list[float]:
         return self._encode([text], self.query_prompt)[0].tolist()
+
+
+def _has_dense_layers(folder: Path) -> bool:
+    """Whether the sentence-transformers modules.json of ``folder`` (if any) lists a Dense layer after pooling."""
+    try:
+        modules = json.loads((folder / "modules.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return any(str(m.get("type", "")).endswith(".Dense") for m in modules if isinstance(m, dict))
 
 
 def load_local_embeddings(value: str, setting: str) -> Embeddings:
@@ -1214,9 +1235,8 @@ def get_embeddings() -> Embeddings:
     """
     with _EMBEDDER_LOADING:
         if not _EMBEDDER:
-            embedder = _load_embeddings()
-            check_multilingual_embedder()
-            _EMBEDDER.append(embedder)
+            check_multilingual_embedder()  # first: it reads a few files, where the main embedder may load for seconds
+            _EMBEDDER.append(_load_embeddings())
         return _EMBEDDER[0]
 
 
@@ -1316,7 +1336,10 @@ def check_multilingual_embedder() -> None:
     if kind == "local":
         multilingual_embedder_name()
     elif kind == "ollama":
-        _use_ollama("ollama", what)
+        try:
+            _use_ollama("ollama", what)
+        except ModelUnavailableError as err:
+            raise ModelUnavailableError(f"MULTILINGUAL_EMBEDDER={config.MULTILINGUAL_EMBEDDER}: {err}") from err
 
 
 def _load_multilingual() -> Embeddings:

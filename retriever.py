@@ -26,7 +26,7 @@ that share no word with the page. A ``scope`` (a list of collection names)
 restricts every leg to chosen documents. Results are one per (document, page).
 
 Each document's vectors come from the embedder for its language (models.embedder_for:
-the app's embedder for English, USE-multilingual for others), and its pages' keyword
+the app's embedder for English, MULTILINGUAL_EMBEDDER's for others), and its pages' keyword
 tokens are split by its language's rules (stems, stopwords; text_utils). The question
 is embedded once per embedder the library uses, each embedder's chunks compared with
 it, and tokenised once per language in scope.
