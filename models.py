@@ -828,10 +828,10 @@ def local_model(value: str, setting: str) -> LocalModel:
     """
     path = Path(value).expanduser().absolute()  # not resolve(): a symlinked file keeps the folder it is linked into
     if not value.strip() or not path.exists():
-        raise ModelUnavailableError(f"{setting}={value!r}: there is no such folder or file on this machine. {LOCAL_EMBEDDER_HELP}")
+        raise ModelUnavailableError(f"{setting} names {value!r}, but there is no such folder or file on this machine. {LOCAL_EMBEDDER_HELP}")
     if path.is_file():
         if path.suffix != ".onnx":
-            raise ModelUnavailableError(f"{setting}={value!r} is a file but not an ONNX model (.onnx). {LOCAL_EMBEDDER_HELP}")
+            raise ModelUnavailableError(f"{setting} names {value!r}, a file but not an ONNX model (.onnx). {LOCAL_EMBEDDER_HELP}")
         return _onnx_model(path, setting)
     if (path / "modules.json").is_file():
         return _sentence_transformers_model(path, setting)
@@ -839,7 +839,7 @@ def local_model(value: str, setting: str) -> LocalModel:
     if export is not None:
         return _onnx_model(export, setting)
     raise ModelUnavailableError(
-        f"{setting}={value!r} is a folder, but neither a sentence-transformers folder (no modules.json) nor an "
+        f"{setting} names {value!r}, a folder, but neither a sentence-transformers folder (no modules.json) nor an "
         f"ONNX export (no model.onnx). {LOCAL_EMBEDDER_HELP}")
 
 
