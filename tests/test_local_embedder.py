@@ -19,7 +19,7 @@ import pytest
 import config
 import ingest
 import models
-from conftest import FACT_PAGES, write_text_pdf
+from conftest import FACT_PAGES, shown, write_text_pdf
 from retriever import Retriever
 
 RAILWAY = "When did the railway reach the town?"  # page 3 of facts.pdf
@@ -302,6 +302,21 @@ def test_an_ollama_model_for_other_languages_gets_its_prompts_or_says_how_to_pul
     # the stand-in's vector starts with the length of the text it was sent: the prompt went with it
     assert gemma.embed_query("abc")[0] == len("task: search result | query: abc")
     assert gemma.embed_documents(["abc"])[0][0] == len("title: none | text: abc")
+
+
+def test_the_app_says_what_is_wrong_with_the_embedder_when_it_opens(store, tmp_path, settings):
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    settings.setattr(config, "EMBED_BACKEND", "local")
+    settings.setattr(config, "EMBED_MODEL", str(tmp_path / "gemma"))
+    st.cache_resource.clear()
+    try:
+        app = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=60).run()
+    finally:
+        st.cache_resource.clear()
+    assert not app.exception
+    assert [e.value for e in app.error] and shown(app.error[0].value).startswith("EMBED_MODEL names ")
 
 
 # -----------------------------------------------------------------------------
