@@ -490,8 +490,9 @@ def summary_with_breakdowns(rows: list[dict], k: int) -> dict:
 
 
 def evaluate(retriever: Retriever, questions: list[dict], collections: dict[str, str], scopes: list[str], k: int,
-             doc_types: dict[str, str] | None = None, ablations: dict | None = None) -> dict:
-    """Run every ablation in every scope; returns metrics (evidence@3 for hybrid), breakdowns and per-question rows."""
+             doc_types: dict[str, str] | None = None, ablations: dict | None = None, with_evidence: bool = True) -> dict:
+    """Run every ablation in every scope; returns metrics (evidence@3 for hybrid, unless not ``with_evidence``),
+    breakdowns and per-question rows."""
     doc_types = doc_types or {}
     answerable = [q for q in questions if q["pages"]]
     unanswerable = [q for q in questions if not q["pages"]]
@@ -510,11 +511,11 @@ def evaluate(retriever: Retriever, questions: list[dict], collections: dict[str,
                     scope = question_scope(q, scope_name, collections, doc_types)
                     gold = {(collections[q["doc"]], p) for p in q["pages"]}
                     lines = evidence.best_lines(q["question"], retriever.load_pages(hits), retriever, n=EVIDENCE_AT,
-                                                more=EVIDENCE_READ - EVIDENCE_AT)  # the first 3 are those shown
+                                                more=EVIDENCE_READ - EVIDENCE_AT) if with_evidence else []  # the first 3 are those shown
                     for judge in JUDGES:
                         for at in (EVIDENCE_AT, EVIDENCE_READ):
                             row[evidence_key(judge, at)] = (int(evidence_shown(q, lines, collections[q["doc"]], retriever, at, judge))
-                                                            if countable[id(q)] else None)
+                                                            if countable[id(q)] and with_evidence else None)
                     row["evidence"] = row[evidence_key("overlap", EVIDENCE_AT)]  # the figure's name before both judges
                     results["per_question"].append(
                         {"scope": scope_name, "question": q["question"], "doc": q["doc"], "gold_pages": q["pages"],
@@ -691,6 +692,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=18, help="seed of --split and --perturb")
     parser.add_argument("--subset", help='only the questions whose "split" field is this (the multilingual bench: dev, heldout)')
     parser.add_argument("--ablations", help="comma-separated runs to do (default: all of ABLATIONS; hybrid always)")
+    parser.add_argument("--no-evidence", action="store_true",
+                        help="pages only: skip the evidence lines (they embed each line of the pages found: slow with a large embedder)")
     parser.add_argument("--stored-only", action="store_true",
                         help="ingest nothing: use the question file's documents already complete in --store, leave out questions about others")
     parser.add_argument("--chunk-size", type=int, help="compare a chunking policy (own store per policy)")
@@ -731,7 +734,7 @@ def main(argv: list[str] | None = None) -> int:
         text = perturbation_table(results, scopes)
         parts = [f"# Perturbed retrieval: {args.questions.name} ({args.split}, seed {args.seed})", "", text, ""]
     else:
-        results = evaluate(retriever, questions, collections, scopes, args.k, doc_types, ablations)
+        results = evaluate(retriever, questions, collections, scopes, args.k, doc_types, ablations, not args.no_evidence)
         text = "\n".join([metrics_table(results), evidence_note(results), category_table(results), json.dumps(results["unanswerable"])])
         parts = [markdown_report(results, args.questions)]
     if doc_types:

@@ -134,6 +134,10 @@ def test_evaluate_reports_evidence_at_3_as_the_inputs_imply(tmp_path, store, emb
     assert "evidence@3 judges 3 of 4 answerable questions: 2 by their evidence quotes, 1 by their answer" in report
     assert "## Evidence misses (hybrid, a gold page in the top 2): 2" in report  # the unquoted line, in each scope
 
+    pages_only = eval_retrieval.evaluate(retriever, questions, collections, ["doc"], k=2, with_evidence=False)
+    assert pages_only["ablations"]["doc/hybrid"]["hit@2"] == results["ablations"]["doc/hybrid"]["hit@2"]
+    assert all(r["evidence"] is None and r["evidence_lines"] == [] for r in pages_only["per_question"])  # no line embedded
+
 
 def test_perturbations_add_instructions_abbreviate_names_and_reword_years():
     rng = random.Random(1)
