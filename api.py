@@ -457,10 +457,22 @@ def export_conversation(lib: Lib, conversation_id: str) -> Response:
 # -- health ---------------------------------------------------------------------------
 
 
+def multilingual_embedder() -> str | None:
+    """The name of the embedder of documents not in English (None: MULTILINGUAL_EMBEDDER=off, the main one
+    serves all), or the sentence saying why it cannot be had."""
+    if config.MULTILINGUAL_EMBEDDER == "off":
+        return None
+    try:
+        return models.multilingual_embedder_name()
+    except models.ModelUnavailableError as err:
+        return str(err)
+
+
 @app.get("/api/health", tags=["health"])
 def health(lib: Lib) -> JSONResponse:
     """Whether the store answers, the default chat model (the settings' choice: a question may name
-    another, see /api/models) and the embedder, and whether Ollama answers. 503 when the store does not answer."""
+    another, see /api/models), the embedders (main, and for documents not in English), and whether Ollama
+    answers. 503 when the store does not answer."""
     store = {"location": f"{config.CHROMA_HOST}:{config.CHROMA_PORT}" if config.CHROMA_HOST else config.CHROMA_PERSIST_DIR}
     try:
         store.update(ok=True, documents=len(ingest.list_documents(lib.client)))
@@ -476,6 +488,7 @@ def health(lib: Lib) -> JSONResponse:
         "store": store,
         "chat_model": chat,
         "embedder": models.embedder_name(lib.embedder),
+        "multilingual_embedder": multilingual_embedder(),
         "questions": lib.answers.questions_json(),
         "ollama": {"url": config.OLLAMA_BASE_URL, "reachable": models.ollama_models() is not None},
     }

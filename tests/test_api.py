@@ -504,6 +504,7 @@ def test_health_names_the_store_models_and_ollama(api):
     assert health["ok"] and health["store"]["ok"] and health["store"]["documents"] == 2
     assert health["chat_model"] == {"id": EMBEDDED_ID, "name": EMBEDDED_LABEL, "ok": True}  # the default, whoever answered last
     assert health["embedder"] == "all-MiniLM-L6-v2" and health["ollama"]["reachable"] is False
+    assert health["multilingual_embedder"] == "use-multilingual-v3-int8"
 
 
 def test_openapi_page_lists_the_endpoints(api):
