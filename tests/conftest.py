@@ -16,6 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pymupdf
+import httpx
 import pytest
 
 import config
@@ -301,3 +302,11 @@ def serve_app(tmp_path):
     for server in servers:
         server.terminate()
         server.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def api(server):
+    """An HTTP client of the test module's own ``server`` fixture (a URL): each module that starts a server
+    defines ``server``, and this fixture follows it."""
+    with httpx.Client(base_url=server, timeout=300) as client:
+        yield client

@@ -182,12 +182,6 @@ def server(tmp_path_factory, model_proxy):
     bench.stop_api_server(proc)
 
 
-@pytest.fixture(scope="module")
-def api(server):
-    with httpx.Client(base_url=server, timeout=300) as client:
-        yield client
-
-
 def upload_and_wait(api: httpx.Client, pdf: Path) -> tuple[dict, list[tuple[str, dict]]]:
     """Upload one PDF, follow its job's event stream to the end; (final job, all events)."""
     response = api.post("/api/documents", files={"files": (pdf.name, pdf.read_bytes(), "application/pdf")})

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 
-import httpx
 import openai
 import pytest
 from markdown_it import MarkdownIt
@@ -79,12 +78,6 @@ def server(tmp_path_factory):
     proc, url = start_server(tmp_path_factory.mktemp("v1"), OPENAI_BASE_URL="")
     yield url
     bench.stop_api_server(proc)
-
-
-@pytest.fixture(scope="module")
-def api(server):
-    with httpx.Client(base_url=server, timeout=300) as client:
-        yield client
 
 
 @pytest.fixture(scope="module")
