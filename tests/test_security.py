@@ -682,8 +682,10 @@ def test_a_chunked_upload_over_the_request_limit_is_refused_while_it_streams_and
             for tenth in range(9):
                 yield b"0" * (MB // 10)
                 sent += MB // 10
-                if (n, tenth) == (2, 5):  # 2.3 MB sent: the server is writing the files as they come
-                    wait_for(lambda: len(open_api.upload_files()) >= 2, timeout=30, what="two files on disk")
+                if (n, tenth) == (2, 5):  # 2.3 MB sent: the server is writing the files as they come, and the
+                    # watch has seen their bytes (a loaded CPU may starve the watch thread)
+                    wait_for(lambda: len(open_api.upload_files()) >= 2 and disk.biggest > 0, timeout=30,
+                             what="two files on disk, seen by the watch")
                 if refused_at is None and sent > (REQUEST_MB + 0.5) * MB:
                     wait_for(lambda: "its body passed the limit" in open_api.log(), timeout=30, what="the refusal")
                     refused_at = sent
