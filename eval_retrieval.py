@@ -101,6 +101,10 @@ ABLATIONS = {
     "hybrid-no-page-refs-now": Steps(page_refs=False),
     "hybrid-no-keyword-seat-now": Steps(keyword_seat=False),
     "hybrid-rrf": Steps(fusion="rrf"),
+    "hybrid-keyword-half": Steps(keyword_weight=0.5),
+    "hybrid-keyword-quarter": Steps(keyword_weight=0.25),
+    "hybrid-keyword-seat-only": Steps(keyword_weight=0.0),
+    "hybrid-no-keyword": Steps(keyword_weight=0.0, keyword_seat=False),
     "hybrid": PRODUCT,
 }
 PERTURB_ABLATIONS = ("semantic", "bm25", "hybrid-main", "hybrid")

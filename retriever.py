@@ -96,6 +96,7 @@ class Steps:
     acronyms        each acronym also searched as the name it abbreviates on the page (``spelled_out``)
     routing         the documents a question names searched first, the library filling the rest
     fusion          "seats": RRF plus the semantic leg's best page; "rrf": RRF alone
+    keyword_weight  the keyword leg's vote in the fusion, each other leg's being 1
     """
 
     mode: str = "hybrid"
@@ -106,6 +107,7 @@ class Steps:
     acronyms: bool = True
     routing: bool = True
     fusion: str = "seats"
+    keyword_weight: float = 1.0
 
 
 PRODUCT = Steps()
@@ -135,16 +137,18 @@ def page_references(question: str, page_count: int) -> set[int]:
     return {p for p in pages if 1 <= p <= page_count}
 
 
-def rrf(rankings: list[list[str]], k: int | None = None) -> dict[str, float]:
-    """Reciprocal Rank Fusion: each list adds 1 / (k + rank) to the ids it ranks (rank from 1).
+def rrf(rankings: list[list[str]], k: int | None = None, weights: list[float] | None = None) -> dict[str, float]:
+    """Reciprocal Rank Fusion: each list adds weight / (k + rank) to the ids it ranks (rank from 1; weight 1 unless given).
 
     rrf([["a", "b"], ["b", "c"]], k=60) -> {"a": 1/61, "b": 1/62 + 1/61, "c": 1/62}
+    rrf([["a"], ["b"]], k=60, weights=[1, 0.5]) -> {"a": 1/61, "b": 0.5/61}
     """
     k = config.RRF_K if k is None else k
+    weights = weights or [1.0] * len(rankings)
     fused: dict[str, float] = {}
-    for ranking in rankings:
+    for ranking, weight in zip(rankings, weights):
         for rank, item in enumerate(ranking, 1):
-            fused[item] = fused.get(item, 0.0) + 1.0 / (k + rank)
+            fused[item] = fused.get(item, 0.0) + weight / (k + rank)
     return fused
 
 
@@ -183,12 +187,15 @@ class SparseBM25:
 
 
 PageKey = tuple[str, int]  # (collection name, 1-based page number)
-def fuse(rankings: dict[str, list[tuple[PageKey, float]]]) -> dict[PageKey, float]:
-    """One fused score per page: Reciprocal Rank Fusion of each leg's (page, score) ranking, best first.
+def fuse(rankings: dict[str, list[tuple[PageKey, float]]], weights: dict[str, float] | None = None) -> dict[PageKey, float]:
+    """One fused score per page: Reciprocal Rank Fusion of each leg's (page, score) ranking, best first,
+    each leg's vote weighted by ``weights`` (1 for a leg not named).
 
     fuse({"a": [(p, 0.9), (q, 0.3)], "b": [(q, 5.0)]}) -> {p: 1/61, q: 1/62 + 1/61}
     """
-    return rrf([[key for key, _ in ranking] for ranking in rankings.values()])
+    weights = weights or {}
+    return rrf([[key for key, _ in ranking] for ranking in rankings.values()],
+               weights=[weights.get(leg, 1.0) for leg in rankings])
 
 
 def with_seats(top: list[PageKey], seated: list[PageKey]) -> list[PageKey]:
@@ -648,7 +655,7 @@ class Retriever:
                 semantic = []
             legs = {"semantic": [(key, sim) for key, sim, _ in semantic], "bm25": keyword,
                     "page_ref": ranked(named), "hint": ranked(hinted)}
-            fused = fuse(legs)
+            fused = fuse(legs, {"bm25": steps.keyword_weight})
             trace: dict[PageKey, dict] = {key: {"fused": score} for key, score in fused.items()}
             for leg, ranking in legs.items():
                 for rank, (key, score) in enumerate(ranking, 1):

@@ -25,6 +25,14 @@ def test_rrf_matches_a_hand_checked_example():
     assert sorted(fused, key=fused.get, reverse=True) == ["a", "c", "b"]
 
 
+def test_rrf_weighs_each_list_s_vote():
+    fused = rrf([["a", "b"], ["b", "a"]], k=60, weights=[1.0, 0.5])
+    assert fused["a"] == pytest.approx(1 / 61 + 0.5 / 62)
+    assert fused["b"] == pytest.approx(1 / 62 + 0.5 / 61)
+    assert fused["a"] > fused["b"]  # equal ranks, unequal votes: the heavier list decides
+    assert rrf([["a"], ["b"]], k=60, weights=[1.0, 0.0])["b"] == 0.0
+
+
 def test_page_references_read_numbers_words_and_positions():
     assert page_references("On page 14 and the cover page, and the second last page?", 20) == {1, 14, 19}
     assert page_references("How many cars appear on page three?", 20) == {3}
