@@ -2,6 +2,7 @@
 
     python -m evaluation.bench ingest PDF... [--enrich-pages N] [--json OUT]
     python -m evaluation.bench ingest --big 1000 [--json OUT]
+    python -m evaluation.bench ingest PDF... --embedders default local:PATH [--rounds 3] [--ask Q.jsonl] [--json OUT]
     python -m evaluation.bench retrieval [--chunks 1000 10000 100000] [--json OUT]
     python -m evaluation.bench answer [--models qwen2.5-coder-0.5b qwen2.5-coder-1.5b] [--questions 10] [--json OUT]
     python -m evaluation.bench answer --backend openai [--model NAME] [--base-url URL] [--questions 10] [--json OUT]
@@ -21,7 +22,12 @@ the same chunks with the embedder alone, so "pipeline / raw" says how close the
 whole ingest comes to the embedder's own speed, and it records the longest
 silence between progress updates. ``--big N`` builds (once, cached under
 ``bench_store/``) an N-page PDF from the text pages of the bench PDFs and
-ingests that: the bounded-memory case.
+ingests that: the bounded-memory case. ``--embedders`` ingests each PDF once per embedder setting
+(``default``: the built-in ones; ``local:PATH`` or ``ollama:NAME``: that model for every document, main and
+not English), the settings taking turns for ``--rounds`` rounds so that a busy spell of the machine falls on
+all of them; ``--ask`` then times, on each fresh store, the questions of that file about the PDF from
+question in to evidence lines ready (the line vectors of the pages found are embedded then: a large
+embedder's cost shows there). It prints each setting's medians and their ratio to the first setting's.
 
 ``retrieval`` builds (once, cached under ``bench_store/``) stores of N chunks
 from the real chunks and vectors of the evaluation store (run
@@ -91,8 +97,9 @@ BENCH_PDFS = BENCH_DIR / "pdfs"
 BENCH_QUESTIONS = BENCH_DIR / "questions.jsonl"
 
 
-def ingest_one(pdf: Path, enrich_pages: int) -> dict:
-    """Ingest ``pdf`` into an empty temp store in this process and measure it."""
+def ingest_one(pdf: Path, enrich_pages: int, questions: list[str] | None = None) -> dict:
+    """Ingest ``pdf`` into an empty temp store in this process and measure it; then, with ``questions``,
+    time each from question in to evidence lines ready on that store (``time_evidence``)."""
     import ingest
     import models
 
@@ -140,16 +147,72 @@ def ingest_one(pdf: Path, enrich_pages: int) -> dict:
             t = time.perf_counter()
             ingest.enrich_document(col, llm)
             row["enrich_s_per_page"] = round((time.perf_counter() - t) / max(len(todo), 1), 2)
+        if questions:
+            row.update(time_evidence(client, questions))
+            row["peak_rss_with_evidence_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     return row
 
 
-def run_isolated(pdf: Path, enrich_pages: int) -> dict:
-    """Run ``ingest_one`` in a child process so its peak RSS is its own."""
+def embedder_env(setting: str) -> dict[str, str]:
+    """The settings that make ``setting`` the embedder of every document, English or not.
+
+    embedder_env("local:/m/model.onnx") -> {"EMBED_BACKEND": "local", "EMBED_MODEL": "/m/model.onnx",
+                                            "MULTILINGUAL_EMBEDDER": "local:/m/model.onnx"}
+    """
+    if setting == "default":
+        return {"EMBED_BACKEND": "embedded", "MULTILINGUAL_EMBEDDER": "use-multilingual"}
+    kind, _, model = setting.partition(":")
+    if kind not in ("local", "ollama") or not model:
+        raise ValueError(f"--embedders takes default, local:PATH or ollama:NAME, not {setting!r}")
+    return {"EMBED_BACKEND": kind, "EMBED_MODEL": model, "MULTILINGUAL_EMBEDDER": setting}
+
+
+def questions_about(path: Path, pdf: Path) -> list[str]:
+    """The questions of a JSON or JSONL question file about ``pdf`` (its ``doc`` field names the file), or all
+    of them when the file names no documents."""
+    import eval_retrieval
+
+    rows = eval_retrieval.load_questions(path)
+    return [q["question"] for q in rows if q.get("doc", pdf.name) == pdf.name]
+
+
+def run_isolated(pdf: Path, enrich_pages: int, embedder: str | None = None, ask: Path | None = None) -> dict:
+    """Run ``ingest_one`` in a child process so its peak RSS is its own (with ``embedder``'s settings, if given)."""
     cmd = [sys.executable, "-m", "evaluation.bench", "_ingest_one", str(pdf), "--enrich-pages", str(enrich_pages)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=config.BASE_DIR)
+    cmd += ["--ask", str(ask)] if ask else []
+    env = {**os.environ, **embedder_env(embedder)} if embedder else None
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=config.BASE_DIR, env=env)
+    row = {"pdf": pdf.name} | ({"embedder": embedder} if embedder else {})
     if proc.returncode != 0:
-        return {"pdf": pdf.name, "error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "failed"}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+        return row | {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "failed"}
+    return row | json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def compare_embedders(rows: list[dict], embedders: list[str]) -> list[list]:
+    """Per PDF and embedder setting: medians over the rounds of searchable seconds, pages per second, time to
+    evidence and peak memory, and the first two as ratios to the first setting's (the built-in one, usually)."""
+    import statistics
+
+    def median(pdf: str, embedder: str, key: str) -> float | None:
+        values = [r[key] for r in rows if r["pdf"] == pdf and r["embedder"] == embedder and key in r]
+        return round(statistics.median(values), 2) if values else None
+
+    table = [["pdf", "embedder", "rounds", "searchable s", "pages/s", "× first", "evidence p50 ms", "× first",
+              "peak MiB ingest", "with evidence"]]
+    for pdf in dict.fromkeys(r["pdf"] for r in rows):
+        first = {key: median(pdf, embedders[0], key) for key in ("searchable_s", "evidence_p50_ms")}
+        for embedder in embedders:
+            ok = [r for r in rows if r["pdf"] == pdf and r["embedder"] == embedder and "error" not in r]
+            if not ok:
+                table.append([pdf[:40], embedder, 0, "error"] + [""] * 6)
+                continue
+            searchable, evidence = median(pdf, embedder, "searchable_s"), median(pdf, embedder, "evidence_p50_ms")
+            ratio = lambda value, base: round(value / base, 2) if value and base else "-"
+            table.append([pdf[:40], embedder[-40:], len(ok), searchable, round(ok[0]["pages"] / searchable, 2),
+                          ratio(searchable, first["searchable_s"]), evidence if evidence is not None else "-",
+                          ratio(evidence, first["evidence_p50_ms"]), median(pdf, embedder, "peak_rss_mib"),
+                          median(pdf, embedder, "peak_rss_with_evidence_mib") or "-"])
+    return table
 
 
 def print_ingest_table(rows: list[dict]) -> None:
@@ -1050,6 +1113,9 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("pdfs", nargs="*", type=Path)
         p.add_argument("--big", type=int, default=0, help="also build and ingest a PDF of this many text pages")
         p.add_argument("--enrich-pages", type=int, default=0, help="also time LLM labels on the first N pages")
+        p.add_argument("--embedders", nargs="+", help="ingest each PDF with each: default, local:PATH, ollama:NAME")
+        p.add_argument("--rounds", type=int, default=1, help="with --embedders: how many times each, taking turns")
+        p.add_argument("--ask", type=Path, help="also time these questions about the PDF, in to evidence lines")
         p.add_argument("--json", type=Path, help="write the rows here")
     p = sub.add_parser("answer")
     add_model_flags(p, ["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
@@ -1200,13 +1266,19 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "_ingest_one":
         config.setup_logging(40)
-        print(json.dumps(ingest_one(args.pdfs[0], args.enrich_pages)))
+        questions = questions_about(args.ask, args.pdfs[0]) if args.ask else None
+        print(json.dumps(ingest_one(args.pdfs[0], args.enrich_pages, questions)))
         return 0
     pdfs = args.pdfs + ([build_big_pdf(args.big, config.BASE_DIR / "bench_store" / f"big-{args.big}.pdf")] if args.big else [])
     if not pdfs:
         parser.error("name PDFs to ingest, or --big N")
-    rows = [run_isolated(pdf, args.enrich_pages) for pdf in pdfs]
-    print_ingest_table(rows)
+    if args.embedders:
+        rows = [run_isolated(pdf, args.enrich_pages, embedder, args.ask)
+                for _ in range(args.rounds) for pdf in pdfs for embedder in args.embedders]
+        print_table(compare_embedders(rows, args.embedders))
+    else:
+        rows = [run_isolated(pdf, args.enrich_pages, ask=args.ask) for pdf in pdfs]
+        print_ingest_table(rows)
     if args.json:
         args.json.write_text(json.dumps({"ingest": rows}, indent=2))
     return 1 if any("error" in r for r in rows) else 0

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import json
+
+import pytest
 
 from evaluation import bench
 import config
@@ -58,3 +61,35 @@ def test_a_summary_is_judged_by_the_sections_it_covers_and_those_it_invents():
     verdict = bench.judge_summary(["1 Introduction", "Index", "A made-up part"], sections)
     assert (verdict["covered"], verdict["sections"], verdict["coverage"]) == (1, 2, 0.5)
     assert verdict["invented"] == ["A made-up part"] and verdict["missed"] == ["Methods"]
+
+
+def test_an_embedder_setting_becomes_the_embedder_of_every_document():
+    assert bench.embedder_env("default") == {"EMBED_BACKEND": "embedded", "MULTILINGUAL_EMBEDDER": "use-multilingual"}
+    assert bench.embedder_env("local:/m/model.onnx") == {
+        "EMBED_BACKEND": "local", "EMBED_MODEL": "/m/model.onnx", "MULTILINGUAL_EMBEDDER": "local:/m/model.onnx"}
+    assert bench.embedder_env("ollama:embeddinggemma")["EMBED_BACKEND"] == "ollama"
+    for wrong in ("local:", "gemma", "hf:google/embeddinggemma-300m"):
+        with pytest.raises(ValueError, match="default, local:PATH or ollama:NAME"):
+            bench.embedder_env(wrong)
+
+
+def test_embedders_are_compared_by_their_medians_as_ratios_to_the_first():
+    rows = [{"pdf": "a.pdf", "embedder": e, "pages": 10, "searchable_s": s, "evidence_p50_ms": ms, "peak_rss_mib": 900}
+            for e, s, ms in [("default", 2.0, 100), ("local:big", 9.0, 700), ("default", 4.0, 300), ("local:big", 7.0, 500)]]
+    rows.append({"pdf": "a.pdf", "embedder": "local:big", "error": "killed"})
+    header, first, second = bench.compare_embedders(rows, ["default", "local:big"])
+    assert first[1:8] == ["default", 2, 3.0, 3.33, 1.0, 200, 1.0]
+    assert second[1:8] == ["local:big", 2, 8.0, 1.25, 2.67, 600, 3.0]  # the failed round is not a round
+
+
+@pytest.mark.slow  # a child process loads the embedder
+def test_the_ingest_bench_runs_each_embedder_in_its_own_process_and_times_questions(three_page_pdf, tmp_path, capsys):
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(json.dumps({"question": "Who kept the lighthouse?", "doc": three_page_pdf.name}) + "\n"
+                         + json.dumps({"question": "Not about it", "doc": "other.pdf"}) + "\n")
+    out = tmp_path / "rows.json"
+    assert bench.main(["ingest", str(three_page_pdf), "--embedders", "default", "--ask", str(questions), "--json", str(out)]) == 0
+    (row,) = json.loads(out.read_text())["ingest"]
+    assert row["embedder"] == "default" and row["pages"] == 3 and row["searchable_s"] > 0
+    assert 0 < row["search_p50_ms"] <= row["evidence_p50_ms"] and row["peak_rss_with_evidence_mib"] >= row["peak_rss_mib"]
+    assert "default" in capsys.readouterr().out
