@@ -482,13 +482,14 @@ def run_ablation(retriever: Retriever, questions: list[dict], collections: dict[
 
 
 def summary_with_breakdowns(rows: list[dict], k: int) -> dict:
-    """Overall metrics plus the same per evidence category, per document type and per ``split`` field (the
-    fresh questions' held-out "fresh2")."""
+    """Overall metrics plus the same per evidence category, per document type, per ``split`` field (the
+    fresh questions' held-out "fresh2", the multilingual bench's dev and heldout) and per split and category
+    (a choice made on "dev" is reported on "heldout", language by language)."""
     breakdowns = {}
-    for field_name in ("category", "doc_type", "split"):
+    for field_name in ("category", "doc_type", "split", "split_category"):
         groups = defaultdict(list)
         for row in rows:
-            groups[row[field_name]].append(row)
+            groups[f"{row['split']} · {row['category']}" if field_name == "split_category" else row[field_name]].append(row)
         breakdowns[f"by_{field_name}"] = {name: summarise(group, k) for name, group in sorted(groups.items())}
     return {**summarise(rows, k), **breakdowns}
 

@@ -213,3 +213,14 @@ def test_eval_script_runs_end_to_end_and_writes_every_metric(tmp_path):
     default_store = ingest.get_client(str(tmp_path / "store"))
     [policy_doc] = ingest.list_documents(policy_store)
     assert policy_doc["chunks"] > ingest.list_documents(default_store)[0]["chunks"]
+
+
+def test_results_break_down_by_split_and_category_together():
+    def row(split, category, hit):
+        return {"split": split, "category": category, "doc_type": "manual", "hit": hit, "recall": hit, "precision": hit / 5, "rr": hit}
+    rows = [row("dev", "fr question, fr document", 1), row("heldout", "fr question, fr document", 0),
+            row("heldout", "fr question, fr document", 1), row("heldout", "en question, fr document", 1)]
+    summary = eval_retrieval.summary_with_breakdowns(rows, 5)
+    assert summary["by_split_category"]["heldout · fr question, fr document"]["hit@5"] == 0.5
+    assert summary["by_split_category"]["heldout · en question, fr document"]["n"] == 1
+    assert summary["by_split"]["heldout"]["hit@5"] == 0.667 and summary["hit@5"] == 0.75
