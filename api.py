@@ -69,6 +69,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import config
 import conversations
+import embedders
 import evidence
 import extract
 import ingest
@@ -463,7 +464,7 @@ def multilingual_embedder() -> str | None:
     if config.MULTILINGUAL_EMBEDDER == "off":
         return None
     try:
-        return models.multilingual_embedder_name()
+        return embedders.multilingual_embedder_name()
     except models.ModelUnavailableError as err:
         return str(err)
 
@@ -487,7 +488,7 @@ def health(lib: Lib) -> JSONResponse:
         "ok": store["ok"],
         "store": store,
         "chat_model": chat,
-        "embedder": models.embedder_name(lib.embedder),
+        "embedder": embedders.embedder_name(lib.embedder),
         "multilingual_embedder": multilingual_embedder(),
         "questions": lib.answers.questions_json(),
         "ollama": {"url": config.OLLAMA_BASE_URL, "reachable": models.ollama_models() is not None},

@@ -64,6 +64,7 @@ except SystemExit as err:  # config.SettingError: a setting in the environment c
 
 import checker
 import conversations
+import embedders
 import ingest
 import language
 import models
@@ -85,7 +86,7 @@ def store():
 
 @st.cache_resource
 def embedder():
-    return models.get_embeddings()
+    return embedders.get_embeddings()
 
 
 @st.cache_resource
@@ -218,7 +219,7 @@ def embedded_elsewhere(doc: dict) -> str | None:
 
 def reembed_offer(doc: dict, made_by: str, col) -> None:
     """Say why a document is left out of searches, with a button that embeds it again from its kept PDF."""
-    now = models.embedder_name(embedder())
+    now = embedders.embedder_name(embedder())
     col.warning(f"Embedded with {md(made_by)}; this app now embeds with {md(now)}, so it is left out of searches.")
     if col.button("Re-embed", key=f"reembed-{doc['collection']}", help="Embed its pages again with this app's embedder"):
         with col:
@@ -322,7 +323,7 @@ def model_status(choice: str | None) -> None:
     except models.ModelUnavailableError as err:
         st.sidebar.error(md(err))
         return
-    st.sidebar.caption(f"Model: {md(label)} · embeddings: {md(models.embedder_name(embedder()))}")
+    st.sidebar.caption(f"Model: {md(label)} · embeddings: {md(embedders.embedder_name(embedder()))}")
     if label.startswith("embedded") and models.ollama_models() is None:
         st.sidebar.caption(f"Ollama: not reachable at `{config.OLLAMA_BASE_URL}`")
 

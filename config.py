@@ -274,7 +274,7 @@ OCR_IMAGE_COVERAGE = _env("OCR_IMAGE_COVERAGE", 0.5)  # "mostly covered": this s
 OCR_MIN_DRAWINGS = _env("OCR_MIN_DRAWINGS", 200)
 
 # -----------------------------------------------------------------------------
-# Chunks and the embedder (extract.py, models.py)
+# Chunks and the embedder (extract.py, embedders.py)
 # Characters; sized to stay under MiniLM's 256 word pieces (~180 of English prose). 400 for documents not in
 # English: 23 of 27 native dev questions against 24 (docs/experiments/2026-11-26-languages-and-whole-documents.md).
 CHUNK_SIZE = _env("CHUNK_SIZE", 800)

@@ -37,6 +37,7 @@ except SystemExit as err:  # config.SettingError: a setting in the environment c
     st.error(str(err))
     st.stop()
 
+import embedders
 import ingest
 import models
 from safe_text import md
@@ -238,14 +239,14 @@ def store():
 
 @st.cache_resource
 def _embedder():
-    return models.get_embeddings()
+    return embedders.get_embeddings()
 
 
 def current_embedder() -> str | None:
-    """The name of the embedder the app uses (the same ``models.get_embeddings()``); None when it
+    """The name of the embedder the app uses (the same ``embedders.get_embeddings()``); None when it
     cannot be had (EMBED_BACKEND=ollama with Ollama down): then nothing is marked."""
     try:
-        return models.embedder_name(_embedder())
+        return embedders.embedder_name(_embedder())
     except models.ModelUnavailableError as err:  # not cached: tried again on the next run
         log.warning("No embedder to compare documents with: %s", err)
         return None

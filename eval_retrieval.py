@@ -76,9 +76,9 @@ from pathlib import Path
 from tqdm import tqdm
 
 import config
+import embedders
 import evidence
 import ingest
-import models
 from pages import page_text
 from retriever import PRODUCT, Hit, Retriever, Steps
 from text_utils import LEGAL_SUFFIX, NAME_RUN, YEAR, tokenize
@@ -715,7 +715,7 @@ def main(argv: list[str] | None = None) -> int:
 
     all_questions = load_questions(args.questions)
     in_split = {id(q) for q in split_questions(all_questions, args.split, args.seed)}  # halves of the whole file
-    client, embedder = ingest.get_client(str(args.store)), models.get_embeddings()
+    client, embedder = ingest.get_client(str(args.store)), embedders.get_embeddings()
     if args.stored_only:
         named = {q["doc"] for q in all_questions}
         collections = {d["doc_name"]: d["collection"] for d in ingest.list_documents(client) if d["doc_name"] in named}

@@ -24,7 +24,7 @@ file deletes and rebuilds it, and readers skip it. A per-file lock stops two
 processes on one machine from building the same collection at once.
 
 Another embedder: each collection records the name of the embedder that made its vectors
-(``models.embedder_name``; a local model's name carries a fingerprint of its files, so a
+(``embedders.embedder_name``; a local model's name carries a fingerprint of its files, so a
 changed model is another embedder too). A document made with another one than the app
 now uses is left out of searches (retriever.py says which) and rebuilt by
 ``reembed_document()`` from its kept PDF (``python ingest.py --reembed`` does them all).
@@ -76,6 +76,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 import config
+import embedders
 import models
 import prompts
 from language import detect_language, language_name
@@ -368,12 +369,12 @@ def open_collection(client: chromadb.ClientAPI, collection_name: str, embedder: 
 
 def made_with_other_embedder(doc: dict, embedder: Embeddings | str) -> bool:
     """Whether a document (an entry of ``list_documents`` or a collection's metadata) has vectors made by
-    another embedder than ``embedder`` (an embedder, or its ``models.embedder_name``): it cannot be
+    another embedder than ``embedder`` (an embedder, or its ``embedders.embedder_name``): it cannot be
     searched with it until ``reembed_document()``.
 
     made_with_other_embedder({"embedder": "ollama:nomic-embed-text"}, "all-MiniLM-L6-v2") -> True
     """
-    return doc.get("embedder") != models.embedder_name_for(doc.get("language"), embedder)
+    return doc.get("embedder") != embedders.embedder_name_for(doc.get("language"), embedder)
 
 
 def documents_made_with_other_embedder(client: chromadb.ClientAPI, embedder: Embeddings | str) -> list[dict]:
@@ -394,7 +395,7 @@ def other_embedder_message(docs: list[dict], embedder: Embeddings | str) -> str:
     -> "'a.pdf' was embedded with 'ollama:nomic-embed-text', not with the embedder now in use ('all-MiniLM-L6-v2'),
         so it cannot be searched until it is re-embedded: ..."
     """
-    current = models.embedder_name_for(docs[0].get("language"), embedder)
+    current = embedders.embedder_name_for(docs[0].get("language"), embedder)
     names = _quoted_list([d.get("doc_name") or d.get("collection", "?") for d in docs])
     made_by = _quoted_list(sorted({str(d.get("embedder") or "an unrecorded embedder") for d in docs}))
     one = len(docs) == 1
@@ -536,7 +537,7 @@ def ingest_pdf(
     doc_name = doc_name or display_name(path)
     doc = open_pdf(path)
     try:
-        main = embedder or models.get_embeddings()
+        main = embedder or embedders.get_embeddings()
         sha256 = file_sha256(path)
         name = collection_name_for(sha256)
         with _file_lock(sha256):
@@ -601,7 +602,7 @@ def reembed_document(
                 "so it cannot be re-embedded; add the PDF again."
             )
         log.info("Re-embedding %s (%s, made with %s) with %s", doc_name, collection_name,
-                 col.metadata.get("embedder"), models.embedder_name(embedder))
+                 col.metadata.get("embedder"), embedders.embedder_name(embedder))
         return ingest_pdf(copy, client, embedder, progress=progress, doc_name=doc_name)
 
 
@@ -644,7 +645,7 @@ def _rebuild(doc, client, embedder, old, sha256, doc_name, progress, t0) -> Inge
         client.delete_collection(name)
         built.modify(name=name, metadata={**meta, "status": "complete"})  # the completion marker: still the last write
     _purge_quietly(client)
-    log.info("Rebuilt %s with %s", name, models.embedder_name(embedder))
+    log.info("Rebuilt %s with %s", name, embedders.embedder_name(embedder))
     return replace(result, collection=name)
 
 
@@ -672,13 +673,13 @@ def _carry_labels(old, new) -> dict:
 
 def _build_collection(doc, client, main, name, sha256, doc_name, progress, t0, done_status="complete") -> IngestResult:
     """Build collection ``name`` for ``doc``: its language told from its text layer, its vectors made by the
-    embedder for that language (``main``, the app's embedder, for English; see ``models.embedder_for``)."""
+    embedder for that language (``main``, the app's embedder, for English; see ``embedders.embedder_for``)."""
     language = document_language(doc)
     meta = {
         "doc_name": doc_name,
         "sha256": sha256,
         "language": language,  # "" when unknown; a scan's is told once its first pages are OCR'd
-        "embedder": models.embedder_name_for(language, main),
+        "embedder": embedders.embedder_name_for(language, main),
         "extractor": config.EXTRACTOR,
         "status": "ingesting",
         "pages": doc.page_count,
@@ -800,7 +801,7 @@ def _write_pages(doc, collection, main, meta, progress) -> dict:
             continue
         if not chunks and not language:  # nothing embedded yet: the pages read so far tell the language
             language = detect_language("\n".join(page.text for page in pages)) or ""
-        embedder = models.embedder_for(language, main)
+        embedder = embedders.embedder_for(language, main)
         span = f"pages {first + 1}–{first + len(pages)}"
         vectors = []
         for start in range(0, len(records), config.PROGRESS_EMBED_CHUNKS):
@@ -823,7 +824,7 @@ def _write_pages(doc, collection, main, meta, progress) -> dict:
         chunks += len(records)
         progress(first + len(pages), total, f"Indexed {chunks} passages from {first + len(pages)} of {total} pages")
     return {"chunks": chunks, "sources": "".join(sources), "stage_seconds": seconds, "language": language,
-            "embedder": models.embedder_name_for(language, main), "cut_pages": cuts}
+            "embedder": embedders.embedder_name_for(language, main), "cut_pages": cuts}
 
 
 def _report_cut(page: Page, doc_name: str, progress: ProgressCallback, current: float, total: int) -> dict:
@@ -1122,7 +1123,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     try:
         client = get_client()
-        embedder = models.get_embeddings()
+        embedder = embedders.get_embeddings()
     except (StoreUnavailableError, models.ModelUnavailableError) as err:  # e.g. EMBED_MODEL names no folder here
         sys.stderr.write(f"{err}\n")
         return 1
@@ -1135,7 +1136,7 @@ def main(argv: list[str] | None = None) -> int:
         except StoreUnavailableError as err:
             sys.stderr.write(f"{err}\n")
             return 1
-        current = models.embedder_name(embedder)
+        current = embedders.embedder_name(embedder)
         if not others:
             sys.stderr.write(terminal_text(f"Every document is embedded with {current}: nothing to re-embed.\n"))
         jobs += [

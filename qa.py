@@ -50,6 +50,7 @@ import checker
 import config
 import context
 import domains
+import embedders
 import evidence
 import ingest
 import models
@@ -672,7 +673,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     config.setup_logging(logging.WARNING)
     try:
-        client, embedder = ingest.get_client(), models.get_embeddings()
+        client, embedder = ingest.get_client(), embedders.get_embeddings()
         scope = [ingest.ingest_pdf(pdf, client, embedder).collection for pdf in args.pdf]
         retriever = Retriever(client, embedder)
         stream = ask(args.question, retriever, scope=scope)

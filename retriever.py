@@ -25,7 +25,7 @@ names, numbers) that people search for; the semantic leg finds paraphrases
 that share no word with the page. A ``scope`` (a list of collection names)
 restricts every leg to chosen documents. Results are one per (document, page).
 
-Each document's vectors come from the embedder for its language (models.embedder_for:
+Each document's vectors come from the embedder for its language (embedders.embedder_for:
 the app's embedder for English, MULTILINGUAL_EMBEDDER's for others), and its pages' keyword
 tokens are split by its language's rules (stems, stopwords; text_utils). The question
 is embedded once per embedder the library uses, each embedder's chunks compared with
@@ -62,8 +62,8 @@ from scipy.sparse import csr_matrix
 
 import config
 import domains
+import embedders
 import ingest
-import models
 from pages import Page, page_text
 from question import ParsedQuestion, parse_question
 from routing import (
@@ -259,14 +259,14 @@ class Retriever:
 
     def __init__(self, client=None, embedder=None):
         self.client = client or ingest.get_client()
-        self.embedder = embedder or models.get_embeddings()
+        self.embedder = embedder or embedders.get_embeddings()
         self._signature: tuple | None = None
         self._checked_at = 0.0
         self._loaded: dict[tuple, dict] = {}  # (collection, enriched pages) -> its chunks, vectors, pages
         self._query_embedders: dict[str, Callable[[str], list[float]]] = {}  # embedder name -> its embed_query, cached
         self._line_vectors: dict[tuple[str, str], np.ndarray] = {}  # (embedder, text) -> unit vector, for evidence lines
         self._lock = threading.RLock()
-        self._embedder_name = models.embedder_name(self.embedder)
+        self._embedder_name = embedders.embedder_name(self.embedder)
         self._other_embedder: list[dict] = []  # complete documents left out: another embedder made their vectors
         self._warned: set[tuple[str, str]] = set()  # (collection, its embedder) already warned about
         self._collections: dict = {}
@@ -434,7 +434,7 @@ class Retriever:
     def _model(self, embedder: str):
         """The embedder named ``embedder``: this retriever's own, or the multilingual one (the only other
         a searchable document can have been made with: see ``ingest.made_with_other_embedder``)."""
-        return self.embedder if embedder == self._embedder_name else models.get_multilingual_embeddings()
+        return self.embedder if embedder == self._embedder_name else embedders.get_multilingual_embeddings()
 
     def _embed_query(self, embedder: str, text: str) -> np.ndarray:
         """``text`` embedded by the embedder named ``embedder``, remembered: follow-ups and evals repeat queries."""

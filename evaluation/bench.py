@@ -100,11 +100,12 @@ BENCH_QUESTIONS = BENCH_DIR / "questions.jsonl"
 def ingest_one(pdf: Path, enrich_pages: int, questions: list[str] | None = None) -> dict:
     """Ingest ``pdf`` into an empty temp store in this process and measure it; then, with ``questions``,
     time each from question in to evidence lines ready on that store (``time_evidence``)."""
+    import embedders
     import ingest
     import models
 
     t0 = time.perf_counter()
-    embedder = models.get_embeddings()
+    embedder = embedders.get_embeddings()
     load_seconds = time.perf_counter() - t0
     with tempfile.TemporaryDirectory() as store_dir:
         config.CHROMA_PERSIST_DIR = store_dir
@@ -314,10 +315,10 @@ def time_retrieval(client, questions: list[str]) -> dict:
     """p50/p95 milliseconds of each leg and of the whole search, per question."""
     import numpy as np
 
-    import models
+    import embedders
     from retriever import Retriever, rrf
 
-    retriever = Retriever(client, models.get_embeddings())
+    retriever = Retriever(client, embedders.get_embeddings())
     t = time.perf_counter()
     retriever.refresh()
     build_s = time.perf_counter() - t
@@ -348,11 +349,11 @@ def time_evidence(client, questions: list[str]) -> dict:
     the search alone, per question, on a retriever of its own (so no question's embedding is cached yet)."""
     import numpy as np
 
+    import embedders
     import evidence
-    import models
     from retriever import Retriever
 
-    retriever = Retriever(client, models.get_embeddings())
+    retriever = Retriever(client, embedders.get_embeddings())
     retriever.refresh()
     search_ms, evidence_ms = [], []
     for q in questions:
@@ -426,13 +427,13 @@ def choice_of(llm) -> str:
 
 def answer_store():
     """(client, retriever) over input_data's PDFs, ingested once into ``bench_store/answer``."""
+    import embedders
     import ingest
-    import models
     from retriever import Retriever
 
     store_dir = config.BASE_DIR / "bench_store" / "answer"
     config.CHROMA_PERSIST_DIR = str(store_dir)
-    client, embedder = ingest.get_client(str(store_dir)), models.get_embeddings()
+    client, embedder = ingest.get_client(str(store_dir)), embedders.get_embeddings()
     for pdf in sorted((Path(config.INPUT_DATA_DIR) / "pdfs").glob("*.pdf")):
         ingest.ingest_pdf(pdf, client, embedder)
     return client, Retriever(client, embedder)
@@ -514,10 +515,10 @@ LABELLER_STOP_TIMEOUT_S = 60  # a cancelled labeller stops at its next reply ste
 
 def labelling_collection(store_dir: str):
     """A bench PDF in a store of its own with no page labelled yet: pages for the labeller to chew on."""
+    import embedders
     import ingest
-    import models
 
-    client, embedder = ingest.get_client(store_dir), models.get_embeddings()
+    client, embedder = ingest.get_client(store_dir), embedders.get_embeddings()
     result = ingest.ingest_pdf(LABELLING_PDF, client, embedder)
     return ingest.open_collection(client, result.collection, embedder)
 
@@ -623,6 +624,7 @@ def memory_one(pdf: Path, questions: list[str], label_pages: int) -> dict:
     """
     import logging
 
+    import embedders
     import ingest
     import models
     import qa
@@ -630,7 +632,7 @@ def memory_one(pdf: Path, questions: list[str], label_pages: int) -> dict:
 
     loads = {"chat model": 0, "embedder": 0}
 
-    class CountLoads(logging.Handler):  # the lines models.py logs once per load
+    class CountLoads(logging.Handler):  # the lines models.py and embedders.py log once per load
         def emit(self, record: logging.LogRecord) -> None:
             message = record.getMessage()
             if message.startswith("Loaded embedded chat model"):
@@ -638,16 +640,17 @@ def memory_one(pdf: Path, questions: list[str], label_pages: int) -> dict:
             elif message.startswith("Embeddings: "):
                 loads["embedder"] += 1
 
-    models_log = logging.getLogger("models")
-    models_log.addHandler(CountLoads())
-    models_log.setLevel(logging.INFO)
+    for name in ("models", "embedders"):
+        models_log = logging.getLogger(name)
+        models_log.addHandler(CountLoads())
+        models_log.setLevel(logging.INFO)
     steps: list[dict] = []
 
     def step(name: str, started: float, **facts) -> None:
         steps.append({"step": name, "s": round(time.perf_counter() - started, 1), **_memory_mib(), **facts})
 
     t = time.perf_counter()
-    embedder = models.get_embeddings()
+    embedder = embedders.get_embeddings()
     client = ingest.get_client()
     enricher = ingest.BackgroundEnricher(client, embedder, models.get_chat_model)
     step("start", t)
@@ -1076,6 +1079,7 @@ def judge_summary(answer_titles: list[str], sections: list[dict]) -> dict:
 def time_summaries(store: Path, bench: Path, model: str, question: str, only: list[str] | None) -> list[dict]:
     """Ask ``question`` of each bench document in ``store`` (scoped to it) with the embedded ``model``:
     seconds, the outline's source, and the answer judged against the document's own sections."""
+    import embedders
     import ingest
     import models
     import qa
@@ -1084,7 +1088,7 @@ def time_summaries(store: Path, bench: Path, model: str, question: str, only: li
     config.CHROMA_PERSIST_DIR = str(store)
     client = ingest.get_client(str(store))
     stored = {d["doc_name"]: d for d in ingest.list_documents(client)}
-    retriever = Retriever(client, models.get_embeddings())
+    retriever = Retriever(client, embedders.get_embeddings())
     llm = models.EmbeddedChatModel.load(model)
     rows = []
     for line in bench.read_text().splitlines():

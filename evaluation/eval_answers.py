@@ -67,6 +67,7 @@ import calc
 import checker
 import config
 import context
+import embedders
 import eval_retrieval
 import ingest
 import models
@@ -326,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
         questions = sample(dev, args.answerable, args.unanswerable, args.seed)
     else:
         questions = sample([q for q in every if has_evidence(q)], args.answerable, args.unanswerable)
-    client, embedder = ingest.get_client(str(args.store)), models.get_embeddings()
+    client, embedder = ingest.get_client(str(args.store)), embedders.get_embeddings()
     pdf_dir = args.pdf_dir or eval_retrieval.default_pdf_dir(args.questions)
     collections = eval_retrieval.ingest_needed(questions, pdf_dir, client, embedder)
     retriever = Retriever(client, embedder)
@@ -513,7 +514,7 @@ def replay(rows_paths: list[Path], questions_path: Path, choices: list[str], onl
     bench = {q["question"]: q for q in eval_retrieval.load_questions(questions_path)}
     stored = [row for path in rows_paths for row in read_rows(path)]
     with tempfile.TemporaryDirectory() as empty, open(out_path, "a", encoding="utf-8") as out:
-        retriever = Retriever(ingest.get_client(empty), models.get_embeddings())  # only its embedder is used
+        retriever = Retriever(ingest.get_client(empty), embedders.get_embeddings())  # only its embedder is used
         for choice in choices:
             llm, rows, asked = models.get_chat_model(choice), [], set()
             name = choice_of(llm)

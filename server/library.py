@@ -12,6 +12,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 import config
+import embedders
 import ingest
 import models
 from retriever import Retriever
@@ -30,7 +31,7 @@ class Library:
 
     def __init__(self):
         self.client = ingest.get_client()
-        self.embedder = models.get_embeddings()
+        self.embedder = embedders.get_embeddings()
         self.retriever = Retriever(self.client, self.embedder)
         self.retriever.refresh()
         self.enricher = (

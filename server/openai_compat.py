@@ -31,6 +31,7 @@ from langchain_core.embeddings import Embeddings
 from pydantic import BaseModel, Field
 
 import config
+import embedders
 import models
 from safe_text import md, md_stream
 
@@ -298,6 +299,6 @@ def create_embeddings(lib: Lib, body: EmbeddingRequest) -> dict:
     return {
         "object": "list",
         "data": [{"object": "embedding", "index": i, "embedding": encoded(v, body.encoding_format)} for i, v in enumerate(vectors)],
-        "model": models.embedder_name(lib.embedder),
+        "model": embedders.embedder_name(lib.embedder),
         "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
     }

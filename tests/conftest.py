@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 import config
+import embedders
 import ingest
 import models
 
@@ -83,8 +84,8 @@ def pytest_collection_modifyitems(items):
 
 
 @pytest.fixture(scope="session")
-def embedder() -> models.MiniLMEmbeddings:
-    return models.MiniLMEmbeddings()
+def embedder() -> embedders.MiniLMEmbeddings:
+    return embedders.MiniLMEmbeddings()
 
 
 @pytest.fixture(scope="session")
@@ -200,10 +201,10 @@ def ollama_server(monkeypatch):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     monkeypatch.setattr(config, "OLLAMA_BASE_URL", f"http://127.0.0.1:{server.server_port}")
     monkeypatch.setattr(config, "OPENAI_BASE_URL", "")  # "auto" would try a model server first
-    models.get_embeddings.cache_clear()
+    embedders.get_embeddings.cache_clear()
     yield FakeOllama
     server.shutdown()
-    models.get_embeddings.cache_clear()
+    embedders.get_embeddings.cache_clear()
 
 
 # -----------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from streamlit.testing.v1 import AppTest
 
 import checker
 import config
+import embedders
 import ingest
 import models
 import prompts
@@ -402,7 +403,7 @@ def test_a_picked_model_whose_server_is_down_gives_way_to_the_settings_model_unt
     assert f"Model: {SERVER_MODEL} on {llama_server}" in sidebar_text(app)
 
 
-class HalfMiniLM(models.MiniLMEmbeddings):
+class HalfMiniLM(embedders.MiniLMEmbeddings):
     """Another embedder (its own name, half the dimensions): what a document added before a switch of embedder had."""
 
     name = "half-minilm-test"
@@ -432,7 +433,7 @@ def test_a_document_embedded_with_another_embedder_says_so_and_is_re_embedded(st
     aside.rename(kept)
     app.sidebar.button(key=f"reembed-{result.collection}").click().run()
     assert not app.exception and line not in [shown(w.value) for w in app.sidebar.warning]
-    assert ingest.list_documents(store)[0]["embedder"] == models.embedder_name(embedder)
+    assert ingest.list_documents(store)[0]["embedder"] == embedders.embedder_name(embedder)
     col = ingest.open_collection(store, result.collection, embedder)
     assert len(col.get(include=["embeddings"], limit=1)["embeddings"][0]) == 384  # really embedded again
     hits = Retriever(store, embedder).search(QUESTION)

@@ -9,20 +9,20 @@ import pytest
 
 from evaluation import bench
 import config
+import embedders
 import ingest
-import models
 
 
 def test_bench_times_question_to_evidence_lines(store, embedder, three_page_pdf, monkeypatch):
     ingest.ingest_pdf(three_page_pdf, store, embedder)
-    monkeypatch.setattr(models, "get_embeddings", lambda: embedder)
+    monkeypatch.setattr(embedders, "get_embeddings", lambda: embedder)
     row = bench.time_evidence(store, ["Who kept the lighthouse?", "What did the fleet land?", "When did the railway come?"])
     assert row["pages"] == 3
     assert 0 < row["search_p50_ms"] < row["evidence_p50_ms"] <= row["evidence_p90_ms"]
 
 
 def test_bench_times_each_leg_of_a_search(store, embedder, three_page_pdf, monkeypatch):
-    monkeypatch.setattr(models, "get_embeddings", lambda: embedder)
+    monkeypatch.setattr(embedders, "get_embeddings", lambda: embedder)
     ingest.ingest_pdf(three_page_pdf, store, embedder)
     row = bench.time_retrieval(store, ["Who kept the lighthouse?", "What did the fleet land?"])
     assert row["chunks"] > 0 and all(row[f"{leg}_p50_ms"] >= 0 for leg in ("embed", "semantic", "bm25", "fuse", "total"))

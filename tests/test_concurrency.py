@@ -19,6 +19,7 @@ import pymupdf
 import pytest
 
 import config
+import embedders
 import extract
 import ingest
 import models
@@ -109,10 +110,10 @@ def fresh_models(monkeypatch):
                         "OPENAI_BASE_URL": ""}.items():
         monkeypatch.setattr(config, name, value)
     models.forget_chat_models()
-    models.forget_embeddings()
+    embedders.forget_embeddings()
     yield
     models.forget_chat_models()
-    models.forget_embeddings()
+    embedders.forget_embeddings()
 
 
 def test_the_labeller_and_a_question_starting_together_load_each_model_once(
@@ -120,20 +121,20 @@ def test_the_labeller_and_a_question_starting_together_load_each_model_once(
 ):
     result = ingest.ingest_pdf(three_page_pdf, store, embedder)
     embedder_loads = []
-    real_init = models.MiniLMEmbeddings.__init__
+    real_init = embedders.MiniLMEmbeddings.__init__
 
     def counted_init(self, *args, **kwargs):
         embedder_loads.append(threading.current_thread().name)
         real_init(self, *args, **kwargs)
 
-    monkeypatch.setattr(models.MiniLMEmbeddings, "__init__", counted_init)  # still the real embedder, counted
+    monkeypatch.setattr(embedders.MiniLMEmbeddings, "__init__", counted_init)  # still the real embedder, counted
     caplog.set_level(logging.INFO, logger="models")
     start, made, errors = threading.Barrier(2), {}, []
 
     def labeller() -> None:  # what app.enricher() does on the first upload
         try:
             start.wait()
-            made["enricher"] = ingest.BackgroundEnricher(store, models.get_embeddings(), models.get_chat_model)
+            made["enricher"] = ingest.BackgroundEnricher(store, embedders.get_embeddings(), models.get_chat_model)
             made["enricher"].submit(result.collection)
         except Exception as err:
             errors.append(err)
@@ -141,7 +142,7 @@ def test_the_labeller_and_a_question_starting_together_load_each_model_once(
     def question() -> None:  # what app.py does for a question: a retriever, asking, the chosen model
         try:
             start.wait()
-            retriever = Retriever(store)  # its embedder: models.get_embeddings(), as the labeller asks for it
+            retriever = Retriever(store)  # its embedder: embedders.get_embeddings(), as the labeller asks for it
             with models.QUESTIONS.asking():
                 llm = made["llm"] = models.get_chat_model()
                 made["answer"] = qa.answer_question("When did the railway reach the town?", retriever, llm=llm)
@@ -162,7 +163,7 @@ def test_the_labeller_and_a_question_starting_together_load_each_model_once(
     chat_loads = [r for r in caplog.records if r.getMessage().startswith("Loaded embedded chat model")]
     assert len(chat_loads) == 1, [r.getMessage() for r in chat_loads]
     assert len(embedder_loads) == 1, embedder_loads
-    assert models.get_chat_model() is made["llm"] and enricher._embedder is models.get_embeddings()
+    assert models.get_chat_model() is made["llm"] and enricher._embedder is embedders.get_embeddings()
     assert enricher.progress()[result.collection].done >= 1  # the labeller did label with the one model
     assert "1889" in made["answer"].text
 

