@@ -321,6 +321,14 @@ CANDIDATES = _env("CANDIDATES", 50)  # chunks each leg hands to the fusion. Not 
 # multilingual dev half (0.803 -> 0.848) and lost on its held-out half (0.742 -> 0.712)
 # (docs/experiments/2026-11-26-other-designs-for-the-open-targets.md).
 RRF_K = _env("RRF_K", 60)
+# The keyword leg's vote in the fusion, against 1 for the meaning leg's, by the embedder that made a document
+# (retriever.Retriever.keyword_weight). Documents the main embedder made: an equal vote ranked best in
+# English (MiniLM and EmbeddingGemma alike, FinanceBench and mmlongbench samples). Documents the multilingual
+# embedder made: no vote, the keyword leg keeping only its seat for its best page, chosen on the multilingual
+# bench's dev half with both USE-multilingual and EmbeddingGemma, and confirmed on its held-out half
+# (docs/experiments/2026-11-27-embedders-in-every-language.md).
+KEYWORD_WEIGHT = _env("KEYWORD_WEIGHT", 1.0)
+MULTILINGUAL_KEYWORD_WEIGHT = _env("MULTILINGUAL_KEYWORD_WEIGHT", 0.0)
 # BM25Okapi's usual values (those of rank-bm25, which the index equals). Not swept for pages; k1 = 0 for
 # the evidence lines' ranking gained nothing (docs/experiments/2026-11-26-a-fresh-set-of-analyst-questions.md).
 BM25_K1 = _env("BM25_K1", 1.5)

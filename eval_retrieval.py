@@ -101,6 +101,7 @@ ABLATIONS = {
     "hybrid-no-page-refs-now": Steps(page_refs=False),
     "hybrid-no-keyword-seat-now": Steps(keyword_seat=False),
     "hybrid-rrf": Steps(fusion="rrf"),
+    "hybrid-keyword-equal": Steps(keyword_weight=1.0),  # every document's keyword vote equal, as before 2026-11-27
     "hybrid-keyword-half": Steps(keyword_weight=0.5),
     "hybrid-keyword-quarter": Steps(keyword_weight=0.25),
     "hybrid-keyword-seat-only": Steps(keyword_weight=0.0),

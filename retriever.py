@@ -96,7 +96,8 @@ class Steps:
     acronyms        each acronym also searched as the name it abbreviates on the page (``spelled_out``)
     routing         the documents a question names searched first, the library filling the rest
     fusion          "seats": RRF plus the semantic leg's best page; "rrf": RRF alone
-    keyword_weight  the keyword leg's vote in the fusion, each other leg's being 1
+    keyword_weight  the keyword leg's vote in the fusion, each other leg's being 1; None: each document's
+                    own, by the embedder that made it (``Retriever.keyword_weight``)
     """
 
     mode: str = "hybrid"
@@ -107,7 +108,7 @@ class Steps:
     acronyms: bool = True
     routing: bool = True
     fusion: str = "seats"
-    keyword_weight: float = 1.0
+    keyword_weight: float | None = None
 
 
 PRODUCT = Steps()
@@ -137,18 +138,22 @@ def page_references(question: str, page_count: int) -> set[int]:
     return {p for p in pages if 1 <= p <= page_count}
 
 
-def rrf(rankings: list[list[str]], k: int | None = None, weights: list[float] | None = None) -> dict[str, float]:
-    """Reciprocal Rank Fusion: each list adds weight / (k + rank) to the ids it ranks (rank from 1; weight 1 unless given).
+Weight = float | Callable[[object], float]  # one list's vote: the same for every id, or per id
+
+
+def rrf(rankings: list[list], k: int | None = None, weights: list[Weight] | None = None) -> dict:
+    """Reciprocal Rank Fusion: each list adds weight / (k + rank) to the ids it ranks (rank from 1); a list's
+    weight is 1 unless given, a number, or a function of the id.
 
     rrf([["a", "b"], ["b", "c"]], k=60) -> {"a": 1/61, "b": 1/62 + 1/61, "c": 1/62}
     rrf([["a"], ["b"]], k=60, weights=[1, 0.5]) -> {"a": 1/61, "b": 0.5/61}
     """
     k = config.RRF_K if k is None else k
     weights = weights or [1.0] * len(rankings)
-    fused: dict[str, float] = {}
+    fused: dict = {}
     for ranking, weight in zip(rankings, weights):
         for rank, item in enumerate(ranking, 1):
-            fused[item] = fused.get(item, 0.0) + weight / (k + rank)
+            fused[item] = fused.get(item, 0.0) + (weight(item) if callable(weight) else weight) / (k + rank)
     return fused
 
 
@@ -187,9 +192,10 @@ class SparseBM25:
 
 
 PageKey = tuple[str, int]  # (collection name, 1-based page number)
-def fuse(rankings: dict[str, list[tuple[PageKey, float]]], weights: dict[str, float] | None = None) -> dict[PageKey, float]:
+def fuse(rankings: dict[str, list[tuple[PageKey, float]]], weights: dict[str, Weight] | None = None) -> dict[PageKey, float]:
     """One fused score per page: Reciprocal Rank Fusion of each leg's (page, score) ranking, best first,
-    each leg's vote weighted by ``weights`` (1 for a leg not named).
+    each leg's vote weighted by ``weights`` (1 for a leg not named; a function of the page for a vote that
+    depends on its document).
 
     fuse({"a": [(p, 0.9), (q, 0.3)], "b": [(q, 5.0)]}) -> {p: 1/61, q: 1/62 + 1/61}
     """
@@ -614,6 +620,15 @@ class Retriever:
         self._refresh_if_stale()
         return self._languages.get(collection, "en")
 
+    def keyword_weight(self, collection: str) -> float:
+        """Rule: a leg's vote on a document's pages is what it was measured to be worth there. The keyword
+        leg's vote, against 1 for the meaning leg's: KEYWORD_WEIGHT for documents the main embedder made,
+        MULTILINGUAL_KEYWORD_WEIGHT for those the multilingual one made (config says what each was measured on)."""
+        self._refresh_if_stale()
+        if self._embedder_of.get(collection, self._embedder_name) == self._embedder_name:
+            return config.KEYWORD_WEIGHT
+        return config.MULTILINGUAL_KEYWORD_WEIGHT
+
     def page_titles(self, collection: str) -> dict[int, str]:
         """{page: the label (title) the app gave it} for a document's labelled pages."""
         with self._lock:
@@ -655,7 +670,8 @@ class Retriever:
                 semantic = []
             legs = {"semantic": [(key, sim) for key, sim, _ in semantic], "bm25": keyword,
                     "page_ref": ranked(named), "hint": ranked(hinted)}
-            fused = fuse(legs, {"bm25": steps.keyword_weight})
+            by_document = lambda key: self.keyword_weight(key[0])  # noqa: E731
+            fused = fuse(legs, {"bm25": by_document if steps.keyword_weight is None else steps.keyword_weight})
             trace: dict[PageKey, dict] = {key: {"fused": score} for key, score in fused.items()}
             for leg, ranking in legs.items():
                 for rank, (key, score) in enumerate(ranking, 1):

@@ -428,6 +428,28 @@ def test_a_two_language_library_finds_a_german_page_for_a_german_question_in_oth
     assert (hits[0].collection, hits[0].page) == (english.collection, 2)
 
 
+def test_a_keyword_match_votes_by_the_weight_of_its_document_s_embedder(store, embedder, tmp_path, monkeypatch):
+    german = ingest.ingest_pdf(write_text_pdf(tmp_path / "chronik.pdf", GERMAN_PAGES), store, embedder)
+    english = ingest.ingest_pdf(write_text_pdf(tmp_path / "history.pdf", ENGLISH_PAGES), store, embedder)
+    monkeypatch.setattr(config, "KEYWORD_WEIGHT", 1.0)
+    monkeypatch.setattr(config, "MULTILINGUAL_KEYWORD_WEIGHT", 0.0)
+    retriever = Retriever(store, embedder)
+    assert (retriever.keyword_weight(english.collection), retriever.keyword_weight(german.collection)) == (1.0, 0.0)
+
+    def fused_from_legs(hit):  # each leg's RRF vote, the keyword leg's times its document's weight
+        weight = retriever.keyword_weight(hit.collection)
+        return sum(w / (config.RRF_K + hit.trace[f"{leg}_rank"]) for leg, w in (("semantic", 1.0), ("bm25", weight))
+                   if f"{leg}_rank" in hit.trace)
+
+    for question, doc in (("Woher kommt das Trinkwasser der Stadt?", german), ("When was the harbour dredged?", english)):
+        hits = retriever.search(question, k=4)
+        assert any("bm25_rank" in h.trace for h in hits if h.collection == doc.collection)  # the keyword leg ranked it ...
+        for hit in hits:  # ... but only the English pages' keyword ranks add to their score
+            assert hit.trace["fused"] == pytest.approx(fused_from_legs(hit))
+    monkeypatch.setattr(config, "MULTILINGUAL_KEYWORD_WEIGHT", 1.0)  # a setting, read at each search
+    assert retriever.keyword_weight(german.collection) == 1.0
+
+
 def test_a_german_page_is_found_by_keywords_in_another_inflection(store, embedder, tmp_path):
     german = ingest.ingest_pdf(write_text_pdf(tmp_path / "chronik.pdf", GERMAN_PAGES), store, embedder)
     retriever = Retriever(store, embedder)
