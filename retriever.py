@@ -13,7 +13,9 @@ One question flows like this:
              -> pages the question names outright ("page 14", "cover page")         (page leg)
              -> pages a domain marked with one of the question's hints (domains.py)  (hint leg)
              -> fusion (RRF, with a seat for each leg's best page by default, and for each
-                hint its best page in a document already found; that page then leads)
+                hint its best page in a document already found; that page then leads; the
+                keyword leg's vote weighted by its page's document: KEYWORD_WEIGHT for English,
+                MULTILINGUAL_KEYWORD_WEIGHT for documents the multilingual embedder made)
              -> routing: documents the question names are searched first; the library fills the rest
              -> top-k pages, each shown as its best passage, with a trace
     hits     -> load_pages(): each page once, with its text, chunks, lines and sentence spans,
