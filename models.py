@@ -297,12 +297,15 @@ def _chunk_text(chunk: dict) -> str:
 
 
 def _chunk_usage(chunk: dict) -> dict | None:
-    """langchain's usage_metadata from llama.cpp's last chunk (``usage``: prompt and completion tokens), else None."""
+    """langchain's usage_metadata from llama.cpp's last chunk (``usage``: prompt and completion tokens, and the
+    prompt tokens it took from its prompt cache instead of reading them again), else None."""
     usage = chunk.get("usage")
     if not usage:
         return None
     read, written = usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
-    return {"input_tokens": read, "output_tokens": written, "total_tokens": read + written}
+    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)  # the prefix reused from the prompt cache
+    return {"input_tokens": read, "output_tokens": written, "total_tokens": read + written,
+            "input_token_details": {"cache_read": cached}}
 
 
 class EmbeddedChatModel(BaseChatModel):

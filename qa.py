@@ -392,12 +392,15 @@ class Answer:
     model: str | None = None  # the chat model that wrote the text; None when none did (fixed replies, worked out in code)
     prompt_tokens: int | None = None  # the prompt the model read, in its tokens
     completion_tokens: int | None = None  # the reply it wrote: the model's own count, else its streamed chunks
+    cached_prompt_tokens: int | None = None  # of prompt_tokens, those the model reused from its prompt cache (not read again)
 
     def usage(self) -> dict:
         """OpenAI's ``usage`` of the answering call: the tokens the model read and wrote (0 when no model wrote
-        the text: a greeting, a refusal decided by the search, a figure worked out in code)."""
+        the text: a greeting, a refusal decided by the search, a figure worked out in code), and of those read, the
+        ones the model took from its prompt cache."""
         read, written = self.prompt_tokens or 0, self.completion_tokens or 0
-        return {"prompt_tokens": read, "completion_tokens": written, "total_tokens": read + written}
+        return {"prompt_tokens": read, "completion_tokens": written, "total_tokens": read + written,
+                "prompt_tokens_details": {"cached_tokens": self.cached_prompt_tokens or 0}}
 
     @property
     def citations(self) -> list[Citation]:
@@ -584,6 +587,7 @@ def ask(
             for chunk in llm.stream(messages):
                 if usage := chunk.usage_metadata:  # the model's own count, in its last chunk
                     answer.completion_tokens = usage["output_tokens"]
+                    answer.cached_prompt_tokens = (usage.get("input_token_details") or {}).get("cache_read")
                 if not chunk.content:  # servers open and close a stream with empty chunks
                     continue
                 answer.completion_tokens = (answer.completion_tokens or 0) + 1  # a streamed chunk is a token, until the model counts

@@ -459,8 +459,10 @@ def stream_answer(llm, retriever, question: str, first_token_only: bool = False,
         sources = qa.fit_sources(question, read, [], lambda text: models.count_tokens(llm, text),
                                  models.context_length(llm), config.LLM_MAX_TOKENS, as_lines)
         messages = qa.build_messages(question, sources, [], as_lines)
-        first, text, pieces = None, "", llm.stream(messages)
+        first, text, cached, pieces = None, "", None, llm.stream(messages)
         for chunk in pieces:
+            if usage := chunk.usage_metadata:  # the last chunk: how much of the prompt came from the prompt cache
+                cached = (usage.get("input_token_details") or {}).get("cache_read")
             if not chunk.content:  # a server opens (and closes) its stream with empty chunks: not a token
                 continue
             first = first or time.perf_counter()
@@ -469,7 +471,8 @@ def stream_answer(llm, retriever, question: str, first_token_only: bool = False,
                 pieces.close()  # the reply is not needed: free the model at once
                 break
         end = time.perf_counter()
-    return {"messages": messages, "first_token_s": first - t0, "text": text, "first": first, "end": end, "t0": t0}
+    return {"messages": messages, "first_token_s": first - t0, "text": text, "first": first, "end": end, "t0": t0,
+            "cached_prompt_tokens": cached}
 
 
 def time_answers(choice: str, questions: list[str], contexts: list[str] | None = None) -> list[dict]:
@@ -487,12 +490,14 @@ def time_answers(choice: str, questions: list[str], contexts: list[str] | None =
     llm = models.get_chat_model(choice)
     load_s = time.perf_counter() - t  # for a server: asking it for the model, its context length and /tokenize
     count = lambda text: models.count_tokens(llm, text)  # noqa: E731
-    samples = {c: {"prompt_tokens": [], "first_token_s": [], "tokens_per_s": [], "answer_tokens": [], "total_s": []} for c in contexts}
+    samples = {c: {"prompt_tokens": [], "cached_prompt_tokens": [], "first_token_s": [], "tokens_per_s": [], "answer_tokens": [],
+                   "total_s": []} for c in contexts}
     for i, question in enumerate(questions):
         for context in contexts[i % len(contexts):] + contexts[: i % len(contexts)]:  # the order alternates
             run, kept = stream_answer(llm, retriever, question, context=context), samples[context]
             answer_tokens = count(run["text"])
             kept["prompt_tokens"].append(sum(count(m.content) for m in run["messages"]))
+            kept["cached_prompt_tokens"].append(run["cached_prompt_tokens"] or 0)  # 0: none reused, or a server that does not say
             kept["first_token_s"].append(run["first_token_s"])
             kept["tokens_per_s"].append((answer_tokens - 1) / max(run["end"] - run["first"], 1e-9))
             kept["answer_tokens"].append(answer_tokens)

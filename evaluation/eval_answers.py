@@ -177,6 +177,8 @@ def summarise(rows: list[dict]) -> dict:
         # older rows wrote 0.0 where the model was never asked: left out as None is
         "median_first_token_seconds": median([r.get("first_token_seconds") or None for r in rows], 1),
         "median_prompt_tokens": median([r.get("prompt_tokens") for r in rows], 0),
+        # of those, the prefix the model reused from its prompt cache (the answer instructions) instead of reading it
+        "median_cached_prompt_tokens": median([r.get("cached_prompt_tokens") for r in rows], 0),
         "wrong_answerable": share([not r["refused"] and not r["correct"] for r in answerable]),
         "answer_read_when_refused": share([bool(r["evidence_read"]) for r in answerable if r["refused"] and r.get("evidence_read") is not None]),
         "read_in_code": share([r.get("written_by") is None and not r["refused"] for r in answerable]),
@@ -367,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
                     # the same, over all the lines found (the model reads them all when its context is "lines")
                     "evidence_read": int(eval_retrieval.evidence_shown(q, answer.evidence, col, retriever)) if countable else None,
                     "prompt_tokens": answer.prompt_tokens,
+                    "cached_prompt_tokens": answer.cached_prompt_tokens,
                     "evidence_lines": [{"page": h.page, "text": h.text} for h in answer.evidence],
                     "answer": answer.text,
                     "refused": answer.refused,

@@ -152,6 +152,7 @@ def test_a_chat_reply_counts_its_usage_and_a_streamed_one_ends_with_it(client, l
                                                  stream=True, stream_options={"include_usage": True}))
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens > 0 and chunks[-1].usage.prompt_tokens > 0
     assert all(c.usage is None for c in chunks[:-1])
+    assert chunks[-1].usage.prompt_tokens_details.cached_tokens > 0  # asked again: its prompt comes from the prompt cache
     text = shown("".join(c.choices[0].delta.content or "" for c in chunks[:-1]))
     assert "1889" in text and f'page 3: "{ANSWER_LINE}"' in text
 

@@ -105,6 +105,16 @@ def test_the_same_question_gets_the_same_answer(facts, llm):
     assert [(c.page, c.verified) for c in again.citations] == [(c.page, c.verified) for c in first.citations]
 
 
+
+def test_the_next_question_reuses_the_answer_instructions_from_the_prompt_cache(facts, llm):
+    """The rules open every prompt, so llama.cpp keeps them from the last question instead of reading them
+    again: a new question pays only for its own lines and words (the first token comes that much sooner)."""
+    retriever, _ = facts
+    qa.answer_question("Who kept the lighthouse lamp?", retriever, llm=llm)
+    second = qa.answer_question("What did the fishing fleet land?", retriever, llm=llm)
+    instructions = models.count_tokens(llm, prompts.LINES_SYSTEM)
+    assert second.prompt_tokens and instructions <= second.cached_prompt_tokens < second.prompt_tokens
+
 def test_the_door_code_page_ends_with_a_verified_citation(store, embedder, llm, tmp_path):
     pdf = write_text_pdf(tmp_path / "notice.pdf", ["Staff notice. The staff door code is 4711. Please keep it private.",
                                                    "Canteen opening hours are 8:00 to 15:00 on weekdays."])
