@@ -164,19 +164,29 @@ def page_lines(text: str) -> list[Line]:
 
 
 # A table's unit, as its heading prints it: "(In millions, except per share data)", "(Rs. in lakhs)", "$ in thousands".
-_UNIT = re.compile(r"\(?(?:amounts |expressed |figures )?(?:(?:[$€£¥₹]|rs\.?|inr|usd|eur|us\s?\$)\s*)?(?:in\s+)?"
+_UNIT = re.compile(r"\(?(?<![A-Za-z])(?:amounts |expressed |figures )?(?:(?:[$€£¥₹]|rs\.?|inr|usd|eur|us\s?\$)\s*)?(?:in\s+)?"
                    r"(?:millions|thousands|billions|lakhs|crores)\b(?:[^)\n]{0,60}\))?", re.IGNORECASE)
 _UNIT_BACK_CHARS = 3000  # a unit this far above a line heads another table
+_UNIT_LEAD_CHARS = 30  # "(U.S. dollars in millions)": words between the bracket and "in millions"
 
 
 def unit_above(text: str, start: int) -> str:
     """The unit the table a line stands in is printed in: the last unit phrase above it on the page ("" if none).
 
     unit_above("Balance Sheets\n(In millions)\nCash\n5\n6", 27) -> "(In millions)"
+
+    Rule: a unit is read whole, from the word it begins with and the bracket that opens it
+    ("(Dollars in millions)", never "rs in millions)").
     """
     found = [m for m in _UNIT.finditer(text, max(0, start - _UNIT_BACK_CHARS), start)
              if re.search(r"\bin\b|^\(|[$€£¥₹]", m.group(), re.IGNORECASE)]  # "millions of users" is no unit
-    return " ".join(found[-1].group().split()) if found else ""
+    if not found:
+        return ""
+    begins, ends = found[-1].span()
+    opening = text.rfind("(", max(0, begins - _UNIT_LEAD_CHARS), begins)
+    if opening != -1 and not re.search(r"[()\n]", text[opening + 1:begins]):  # "(Dollars " opens "in millions)"
+        begins = opening
+    return " ".join(text[begins:ends].split())
 
 
 def row_text(heading: str, label: str, figures: list[str], years: list[str]) -> str:

@@ -10,7 +10,7 @@ import evidence
 import finance
 import ingest
 from conftest import write_text_pdf
-from pages import page_lines
+from pages import page_lines, unit_above
 from retriever import Retriever
 
 ROWS = [
@@ -53,6 +53,15 @@ def test_a_statement_row_is_read_with_its_label_and_column_years():
         "Cash Flows · Other — net · 2018: 9 · 2017: (6)",
     ]
     assert text[rows[0].start : rows[0].end].startswith("Purchases of PP&E") and text[rows[0].start : rows[0].end].endswith("(1,373)")
+
+
+def test_a_unit_is_read_whole_from_the_bracket_that_opens_it():
+    page = "Cash Flows\n(Dollars in millions)\n2022\n2021\nCapital expenditures\n(23,087)\n(20,286)\n"
+    assert unit_above(page, page.index("Capital")) == "(Dollars in millions)"  # not "rs in millions)" ("Rs." is a currency)
+    assert unit_above("(U.S. dollars\nin thousands)\nA\n1", 30) == "in thousands)"  # a bracket on another line opens another phrase
+    assert unit_above("Statement of income (in millions)\nNet sales\n5", 40) == "(in millions)"
+    assert unit_above("Revenue: Rs. in lakhs\nSales\n5", 25) == "Rs. in lakhs"
+    assert unit_above("We have 5 millions of users\nSales\n5", 30) == ""
 
 
 def test_wrapped_prose_is_one_sentence_and_bullets_are_items():
