@@ -2,15 +2,18 @@
 
     the loaded pages (retriever.load_pages, best first), each cut into lines (pages.py); a line
     printed twice is read once
-      -> how many lines each page shows, in search order: half of those still to show (3 -> 2 + 1);
-         with ``more``, the further lines the model reads, chosen the same way after the first ``n``
       -> rankings of the lines of those pages, as for pages (retriever.line_scores, one visit):
            keywords   BM25 over those lines (the question's words, numbers, years; a word printed on
                       most of a document's pages, like its company's name, left out)
            meaning    cosine of the question and the line's text, both embedded
          and, when a domain marks some of the lines (domains.line_ranking: a measure's rows), a third:
            marked     those lines, in keyword order
-      -> Reciprocal Rank Fusion of them; each page shows its best lines
+      -> Reciprocal Rank Fusion of them
+      -> the order the pages show lines in: search order, except that a prose page none of whose lines
+         holds a word of the question telling pages apart shows after the others (page_order)
+      -> how many lines each page shows, in that order: half of those still to show (3 -> 2 + 1);
+         with ``more``, the further lines the model reads, chosen the same way after the first ``n``
+      -> each page shows its best lines
       -> each line a Hit whose [start, end) is the line's span on its page (for highlighting)
          and whose text is the line as read (heading, row label, column heads, the table's unit);
          its trace keeps its kind, a row's label and a sentence's sentence before (for the prompt)
@@ -33,6 +36,7 @@ import domains
 from pages import Line, Page, page_text, unit_above
 from question import ParsedQuestion, parse_question
 from retriever import Hit, Retriever, rrf
+from text_utils import keyword_tokens
 
 log = logging.getLogger(__name__)
 
@@ -87,26 +91,29 @@ def best_lines(question: str | ParsedQuestion, pages: list[Page], retriever: Ret
     max_pages = max_pages or config.EVIDENCE_PAGES
     parsed = question if isinstance(question, ParsedQuestion) else parse_question(question)
     quotas = page_quotas(n + more, max_pages)
-    candidates: list[tuple[Hit, Line, int, Page]] = []  # the lines of the pages that show some, with their page's rank
-    shown_pages: list[tuple[int, int]] = []  # (page rank, lines it shows)
+    # the lines of every page read, with their page's rank (a page shown later lets the next one in);
+    # a page with nothing to show passes its share on to the next
+    candidates: list[tuple[Hit, Line, int, Page]] = []
     said: set[str] = set()
     for rank, page in enumerate(pages[:max_pages], 1):
-        if len(shown_pages) == len(quotas):
-            break
         lines = [line for line in page.lines  # a heading names, it states nothing
                  if line.kind != "heading" and len(line.text) >= config.EVIDENCE_MIN_CHARS]
-        if lines:  # a page with nothing to show passes its share on to the next
-            shown_pages.append((rank, quotas[len(shown_pages)]))
-            candidates += [(replace(page.hit, start=line.start, end=line.end, text=line.text), line, rank, page) for line in lines
-                           if line.text not in said and not said.add(line.text)]  # a line printed twice is read once
+        candidates += [(replace(page.hit, start=line.start, end=line.end, text=line.text), line, rank, page) for line in lines
+                       if line.text not in said and not said.add(line.text)]  # a line printed twice is read once
     if not candidates:
         return []
     texts = [hit.text for hit, *_ in candidates]
-    keyword, meaning = retriever.line_scores(parsed.query, texts, [hit.collection for hit, *_ in candidates])
-    fused = fuse_lines(keyword, meaning, domains.line_ranking(parsed.text, [line for _, line, *_ in candidates]))
-    ranked = np.argsort(-fused, kind="stable")
-    first = _chosen(ranked, [rank for rank, _ in shown_pages], page_quotas(n, max_pages), [c[2] for c in candidates], n, [])
-    chosen = first + _chosen(ranked, [rank for rank, _ in shown_pages], quotas, [c[2] for c in candidates], n + more, first)[: more]
+    collections = [hit.collection for hit, *_ in candidates]
+    keyword, meaning = retriever.line_scores(parsed.query, texts, collections)
+    marked = domains.line_ranking(parsed.text, [line for _, line, *_ in candidates])
+    fused = fuse_lines(keyword, meaning, marked)
+    line_pages = [rank for _, _, rank, _ in candidates]
+    asked_on = holds_telling_word(parsed.query, texts, collections, retriever) | (marked if marked is not None else False)
+    tabled = {rank for _, line, rank, _ in candidates if line.kind == "row"}
+    shown_pages = page_order(line_pages, asked_on, tabled)[: len(quotas)]
+    ranked = [i for i in np.argsort(-fused, kind="stable") if line_pages[i] in shown_pages]
+    first = _chosen(ranked, shown_pages, page_quotas(n, max_pages), line_pages, n, [])
+    chosen = first + _chosen(ranked, shown_pages, quotas, line_pages, n + more, first)[: more]
     shown = []
     for i in chosen:
         hit, line, page_rank, page = candidates[i]
@@ -123,6 +130,38 @@ def best_lines(question: str | ParsedQuestion, pages: list[Page], retriever: Ret
     return shown
 
 
+def holds_telling_word(query: str, texts: list[str], collections: list[str], retriever: Retriever) -> np.ndarray:
+    """Whether each line (``texts``, of documents ``collections``) holds a word of ``query`` that tells its
+    document's pages apart: a keyword token of the question not printed on most of the pages, the words
+    the keyword ranking reads (a company's name and year in every running head are not among them)."""
+    holds = np.zeros(len(texts), dtype=bool)
+    for collection in dict.fromkeys(collections):
+        words = retriever.query_tokens(query, [collection])
+        telling = set(words) - retriever.words_on_most_pages(collection, words, config.EVIDENCE_COMMON_SHARE)
+        language = retriever.language(collection)
+        for i in (i for i, c in enumerate(collections) if c == collection):
+            holds[i] = bool(telling & set(keyword_tokens(texts[i], language)))
+    return holds
+
+
+def page_order(line_pages: list[int], asked_on: np.ndarray, tabled: set[int]) -> list[int]:
+    """Rule: a prose page none of whose lines holds a word of the question telling pages apart shows its
+    lines after the other pages; a page with a table row keeps its place in search order.
+
+    ``line_pages`` is each line's page rank, ``asked_on`` whether the line holds such a word (or a domain
+    marks it), ``tabled`` the ranks of the pages with a row. A release's first page, quoting its CEO on the
+    company and the year, is often searched first and states nothing asked. A statement's rows, though,
+    often share no word with the question ("capital expenditure" against "Purchases of property"), and a
+    statement page first in search order is most often the one that answers: demoting statement pages too
+    was most of what lost 7 of FinanceBench's 88 questions @8 (docs/experiments/2026-11-27-better-lines.md).
+
+    page_order([1, 1, 2, 3], np.array([False, False, False, True]), {2}) -> [2, 3, 1]
+    """
+    kept = {page for page, held in zip(line_pages, asked_on) if held} | tabled
+    ranks = list(dict.fromkeys(line_pages))
+    return [rank for rank in ranks if rank in kept] + [rank for rank in ranks if rank not in kept]
+
+
 def sentence_before(page: Page, line: Line) -> str:
     """The sentence just before a prose line on its page, what a reader of that one line needs to follow
     it ("It" of "It rose 5%."); "" for a row, a heading or the page's first sentence."""
@@ -132,17 +171,18 @@ def sentence_before(page: Page, line: Line) -> str:
     return before[-1].text if before and before[-1].kind in ("sentence", "item") else ""
 
 
-def _chosen(ranked: np.ndarray, page_ranks: list[int], quotas: list[int], line_pages: list[int], n: int,
+def _chosen(ranked: list[int], page_ranks: list[int], quotas: list[int], line_pages: list[int], n: int,
             taken: list[int]) -> list[int]:
     """Which lines (indices into ``line_pages``, the page rank of each line) ``quotas`` pick from the pages
-    with some to show (``page_ranks``, best first), leaving out those ``taken`` already: each page its
-    share of its best lines by ``ranked``, best page first, each page's best line first."""
+    with some to show (``page_ranks``, in the order they show lines), leaving out those ``taken`` already:
+    each page its share of its best lines by ``ranked``, first page first, each page's best line first."""
     chosen = [i for page_rank, quota in zip(page_ranks, quotas)
               for i in [i for i in ranked if line_pages[i] == page_rank][:quota]]
     # fewer pages than shares (a one-page document): the pages read show more rather than fewer lines in all
     chosen += [i for i in ranked if i not in chosen][: n - len(chosen)]
     position = {i: p for p, i in enumerate(ranked)}
-    chosen.sort(key=lambda i: (line_pages[i], position[i]))
+    page_position = {rank: p for p, rank in enumerate(page_ranks)}
+    chosen.sort(key=lambda i: (page_position[line_pages[i]], position[i]))
     return [i for i in chosen if i not in taken]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pymupdf
 
 import evidence
@@ -136,3 +137,40 @@ def test_a_measure_shows_the_rows_it_is_computed_from(store, embedder, tmp_path)
     assert [line.kind for line in lines] == ["heading", "row", "row", "sentence"]
     assert finance.measure_rows(question, lines).tolist() == [False, True, False, False]  # a row, not a sentence naming it
     assert not finance.measure_rows("Who chairs the board?", lines).any()
+
+
+def press_release_pdf(path: Path) -> Path:
+    """A 9-page earnings release: a quoted CEO sentence on page 1 repeating the company's name and year, the
+    figures on pages 2 and 3, the name and year in every page's running head."""
+    ceo = ('"We delivered a record year for Acme in fiscal 2022, and Acme enters fiscal 2023 stronger than ever," said '
+           'Jane Doe, Chief Executive Officer of Acme Corporation. "Fiscal 2022 was a year to remember for Acme," she added.')
+    pages = [f"Acme Corporation Reports Record Fiscal 2022 Results. SAN JOSE, Calif., December 15, 2022. {ceo} "
+             "Acme will host a conference call to discuss its fiscal 2022 results.",
+             "Acme Corporation fiscal 2022 results. Revenue for fiscal 2022 was $2.41 billion, up 12 percent. Gross margin was 61 percent.",
+             "Acme Corporation fiscal 2022 results. Total assets were $5.8 billion at year end. "
+             "Operating cash flow for fiscal 2022 was $412 million. Capital expenditures were $96 million. "
+             "The board declared a quarterly dividend of $0.12 per share."]
+    pages += [f"Acme Corporation fiscal 2022 results. Forward-looking statements, part {n}: this release speaks of the future, "
+              "which involves risks and uncertainties." for n in range(4, 10)]
+    return write_text_pdf(path, pages)
+
+
+def test_a_line_repeating_the_documents_subject_does_not_crowd_out_the_line_that_answers(store, embedder, tmp_path):
+    """The CEO's sentences name the company and the year the question names: that tells which document, not
+    what it asks. Even when the search puts page 1 first (as on a real release), the figure on page 3 leads."""
+    collection = ingest.ingest_pdf(press_release_pdf(tmp_path / "release.pdf"), store, embedder).collection
+    retriever = Retriever(store, embedder)
+    question = "What was Acme's operating cash flow in fiscal 2022?"
+    pages = retriever.load_pages(retriever.search(question, scope=[collection]))
+    pages.sort(key=lambda page: page.hit.page != 1)  # the first page first, the others in search order
+    lines = evidence.best_lines(question, pages, retriever)
+    assert lines[0].text == "Operating cash flow for fiscal 2022 was $412 million." and lines[0].page == 3
+    assert sum(line.page == 1 for line in lines) <= 1  # before: the two quoted sentences, above the figure
+
+
+def test_a_page_of_table_rows_keeps_its_place_though_no_line_holds_a_word_asked():
+    """A statement's rows often share no word with the question ("capital expenditure" against "Purchases of
+    property"): only a prose page that holds no word asked shows after the others."""
+    line_pages, asked_on = [1, 1, 2, 2, 3], np.array([False, False, False, False, True])
+    assert evidence.page_order(line_pages, asked_on, tabled={1}) == [1, 3, 2]
+    assert evidence.page_order(line_pages, asked_on, tabled=set()) == [3, 1, 2]
