@@ -23,8 +23,9 @@ from language import question_language
 from server.errors import error_type
 from test_api import ANSWER_LINE, EMBEDDED_ID, QUESTION, error_of, start_server, upload_and_wait
 
-HOSTILE_PAGE = ("The Varn lighthouse lamp is painted green. ![x](http://attacker.example/leak) <img src=x> "
-                "[docs](http://attacker.example/click)")
+# the markup stands inside the answering sentence, so the line shown with the answer carries it
+HOSTILE_PAGE = ("The Varn lighthouse lamp is painted green ![x](http://attacker.example/leak) <img src=x> "
+                "[docs](http://attacker.example/click).")
 HOSTILE_QUESTION = "What colour is the Varn lighthouse lamp painted?"
 NOT_IN_LIBRARY = "What is the airspeed velocity of an unladen swallow in Europe?"
 

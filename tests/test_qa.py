@@ -375,7 +375,7 @@ def test_rule_the_model_is_asked_to_answer_in_the_question_s_language():
     assert "Write the answer in" not in english
 
 
-def test_one_answer_reads_the_question_once_and_each_page_once_and_enters_the_retriever_four_times(facts, llm):
+def test_one_answer_reads_the_question_once_and_each_page_once_and_enters_the_retriever_once_per_step(facts, llm):
     """The answer path is one pass: the question is parsed once, each of its pages is rebuilt from its chunks
     once, and retriever.py is entered four times (a call into it from outside; its calls inside it do not
     count): its state three times, for the search, the page loads and the evidence lines' scores, and its
@@ -409,6 +409,8 @@ def test_one_answer_reads_the_question_once_and_each_page_once_and_enters_the_re
     finally:
         sys.setprofile(None)
     assert answer.evidence and answer.sources  # a real answer went through every step
-    assert dict(entries) == {"search": 1, "load_pages": 1, "line_scores": 1, "rrf": 1}, entries
+    # the page order of the evidence lines asks once which of the question's words tell the document's pages apart
+    assert dict(entries) == {"search": 1, "load_pages": 1, "line_scores": 1, "rrf": 1,
+                             "query_tokens": 1, "words_on_most_pages": 1, "language": 1}, entries
     assert calls["parse_question"] == 1, calls
     assert calls["page_text"] == len({(h.collection, h.page) for h in retriever.search("fish landed 1911")}), calls

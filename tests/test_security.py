@@ -633,8 +633,10 @@ def test_a_page_on_another_local_port_cannot_plant_a_pdf_through_chromium(open_a
                     [base64.b64encode(api_pdfs["facts"].read_bytes()).decode()],
                 )
                 assert upload[0] == 202, upload
-                document_id = upload[1]["jobs"][0]["document_id"]
-                wait_for(lambda: document_id in document_ids(http), what="the document")
+                document_id, job = upload[1]["jobs"][0]["document_id"], upload[1]["jobs"][0]["id"]
+                # listed as soon as it is stored, but deletable once its job is done (else a 409: still being added)
+                wait_for(lambda: http.get(f"/api/jobs/{job}").json()["state"] == "done", what="the upload's job")
+                assert document_id in document_ids(http)
                 deleted = page.evaluate("async (id) => (await fetch('/api/documents/' + id, {method: 'DELETE'})).status", document_id)
                 assert deleted == 204 and document_ids(http) == []
             finally:
