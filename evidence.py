@@ -2,17 +2,17 @@
 
     the loaded pages (retriever.load_pages, best first), each cut into lines (pages.py); a line
     printed twice is read once
-      -> rankings of the lines of those pages, as for pages (retriever.line_scores, one visit):
+      -> the order the pages show lines in: search order, except that a prose page none of whose lines
+         holds a word of the question telling pages apart shows after the others (page_order)
+      -> how many lines each page shows, in that order: half of those still to show (3 -> 2 + 1);
+         with ``more``, the further lines the model reads, chosen the same way after the first ``n``
+      -> rankings of the lines of the pages that show some, as for pages (retriever.line_scores, one visit):
            keywords   BM25 over those lines (the question's words, numbers, years; a word printed on
                       most of a document's pages, like its company's name, left out)
            meaning    cosine of the question and the line's text, both embedded
          and, when a domain marks some of the lines (domains.line_ranking: a measure's rows), a third:
            marked     those lines, in keyword order
       -> Reciprocal Rank Fusion of them
-      -> the order the pages show lines in: search order, except that a prose page none of whose lines
-         holds a word of the question telling pages apart shows after the others (page_order)
-      -> how many lines each page shows, in that order: half of those still to show (3 -> 2 + 1);
-         with ``more``, the further lines the model reads, chosen the same way after the first ``n``
       -> each page shows its best lines
       -> each line a Hit whose [start, end) is the line's span on its page (for highlighting)
          and whose text is the line as read (heading, row label, column heads, the table's unit);
@@ -104,14 +104,19 @@ def best_lines(question: str | ParsedQuestion, pages: list[Page], retriever: Ret
         return []
     texts = [hit.text for hit, *_ in candidates]
     collections = [hit.collection for hit, *_ in candidates]
-    keyword, meaning = retriever.line_scores(parsed.query, texts, collections)
     marked = domains.line_ranking(parsed.text, [line for _, line, *_ in candidates])
-    fused = fuse_lines(keyword, meaning, marked)
-    line_pages = [rank for _, _, rank, _ in candidates]
     asked_on = holds_telling_word(parsed.query, texts, collections, retriever) | (marked if marked is not None else False)
     tabled = {rank for _, line, rank, _ in candidates if line.kind == "row"}
-    shown_pages = page_order(line_pages, asked_on, tabled)[: len(quotas)]
-    ranked = [i for i in np.argsort(-fused, kind="stable") if line_pages[i] in shown_pages]
+    shown_pages = page_order([rank for _, _, rank, _ in candidates], asked_on, tabled)[: len(quotas)]
+    # only the lines of the pages that show some are ranked (and embedded): a first question on new
+    # pages pays for the lines it may show, not for every page read
+    kept = [i for i, (_, _, rank, _) in enumerate(candidates) if rank in shown_pages]
+    candidates = [candidates[i] for i in kept]
+    marked = marked[kept] if marked is not None and marked[kept].any() else None
+    keyword, meaning = retriever.line_scores(parsed.query, [texts[i] for i in kept], [collections[i] for i in kept])
+    fused = fuse_lines(keyword, meaning, marked)
+    line_pages = [rank for _, _, rank, _ in candidates]
+    ranked = [int(i) for i in np.argsort(-fused, kind="stable")]
     first = _chosen(ranked, shown_pages, page_quotas(n, max_pages), line_pages, n, [])
     chosen = first + _chosen(ranked, shown_pages, quotas, line_pages, n + more, first)[: more]
     shown = []
