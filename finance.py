@@ -24,11 +24,17 @@ Reading a statement:
     page text  -> statement_page()  which statements the page prints: headed by one, with rows of figures
                -> line_items()      "Total current assets" -> [26291, 20556], one figure per year column
                -> year_columns()    the years the page's columns are headed with ("2021", "2020")
-    question   -> measure_asked()   which measure ("current ratio") and its expression over line items
+    question   -> measure_asked()   which measure and its expression over line items: a textbook one by
+                                    its name ("current ratio"), else a ratio the question spells out
+                                    between two items ("R&D as a % of revenue": ratio_spelled_out) or an
+                                    item's growth in percent ("revenue growth year over year": growth_asked)
                -> measure_items()   the labels of those line items (the evidence lines show their rows)
-               -> work_out()        each item found on a retrieved page, this year's column (or the
-                                    year the question names) and, for averages, the year before;
-                                    the answer lists every figure with its source, then the result
+               -> work_out()        each item found on a retrieved page, in the column of the year the
+                                    question names (else the latest) and, for averages and growth, the
+                                    year before; a cost by its size; a rate in percent. The answer lists
+                                    every figure with its source, then the result. A question that asks
+                                    more than one period's value (whether it improved, a 3-year average)
+                                    is left to the model.
 
 The 1.5B model finds the right statement pages and still picks the wrong lines to compute with (gross
 profit for cost of sales, long-term debt for total debt), so for the textbook measures the app reads
@@ -97,6 +103,8 @@ def statements_measured(text: str) -> list[str]:
     """
     text = re.sub(r"[\s_]+", " ", text)  # "cash_ratio", "payables  turnover"
     found = [name for pattern, names in _NEEDS if pattern.search(text) for name in names]
+    if spelled := ratio_spelled_out(text) or growth_asked(text):  # "capex as a % of revenue": cash flows and income
+        found += [ITEM_NAMES[name][1] for name in _ITEM_NAME.findall(spelled[1]) if name in ITEM_NAMES]
     return list(dict.fromkeys(found))
 
 
@@ -163,13 +171,45 @@ ITEMS = {
     "inventories": ["(?:merchandise )?inventories"],
     "payables": ["accounts payable"],
     "total_assets": ["total assets"],
-    "revenues": ["total revenues?", "revenues?", "net sales"],
+    "revenues": ["total revenues?", "revenues?", "net sales", "total net (?:revenues?|sales)", "net revenues?"],
     "cost_of_sales": ["cost of (?:sales|goods sold|revenues?)", "merchandise costs"],
-    "operating_income": ["operating income", "income from operations"],
-    "net_income": ["net income", "net income including noncontrolling interests"],
+    "operating_income": ["operating income", "operating profit", "(?:earnings|income) from operations"],
+    "net_income": ["net income", "net income including noncontrolling interests", "net earnings"],
     "depreciation": ["depreciation and amortization"],
+    "interest_expense": ["interest expense(?:, net)?"],
+    "income_tax": ["income tax expense", "provision for income taxes", "income taxes", "income tax provision"],
+    "pretax_income": ["(?:income|earnings)(?: from continuing operations)? before (?:provision for )?income tax(?:es| expense)"],
+    "capex": ["capital expenditures?", "(?:purchases|payments) (?:of|for) property,? (?:plant,? )?and equipment",
+              "(?:additions to )?property,? plant and equipment(?: additions)?"],
+    "operating_cash_flow": ["net cash (?:provided by|from|provided by \\(used in\\)) operating activities", "cash provided by operations"],
+    "research_development": ["research and development(?: expenses?)?(?:, net)?", "research, development and related expenses"],
+    "equity": ["total (?:stockholders|shareholders)['’]? equity", "total equity"],
 }
-_ITEMS = {name: [re.compile(rf"{label}\W*", re.IGNORECASE) for label in labels] for name, labels in ITEMS.items()}
+# Items that are costs or outflows: a statement brackets them to show their direction, and a measure takes
+# their size ("Interest expense (433)" is an interest expense of 433).
+COST_ITEMS = frozenset({"cost_of_sales", "interest_expense", "capex", "research_development", "income_tax"})
+# How a question names each item ("R&D", "capex", "sales") and the statement that prints it.
+ITEM_NAMES = {
+    "revenues": (r"(?:total |net )*(?:revenues?|sales)", _INCOME),
+    "cost_of_sales": (r"cost of (?:sales|goods sold|revenues?)|\bcogs\b", _INCOME),
+    "operating_income": (r"operating (?:income|profit)|income from operations", _INCOME),
+    "net_income": (r"net (?:income|earnings|profit)", _INCOME),
+    "interest_expense": (r"interest expenses?", _INCOME),
+    "income_tax": (r"income tax(?:es| expense)|tax expense", _INCOME),
+    "pretax_income": (r"pre-?tax (?:income|earnings)|(?:income|earnings) before (?:income )?tax(?:es)?", _INCOME),
+    "research_development": (r"\br&d\b(?: expenses?)?|research and development(?: expenses?)?", _INCOME),
+    "depreciation": (r"depreciation and amortization|\bd&a\b", _CASH),
+    "capex": (r"capital expenditures?|\bcapex\b", _CASH),
+    "operating_cash_flow": (r"(?:net )?cash (?:flows? )?(?:from|provided by) operat\w+(?: activities)?|operating cash flows?", _CASH),
+    "total_assets": (r"total assets", _BALANCE),
+    "inventories": (r"inventor(?:y|ies)", _BALANCE),
+    "current_assets": (r"(?:total )?current assets", _BALANCE),
+    "current_liabilities": (r"(?:total )?current liabilities", _BALANCE),
+    "equity": (r"(?:total )?(?:stockholders|shareholders)['’]? equity", _BALANCE),
+}
+_ITEM_NAMES = [(name, re.compile(rf"\b(?:{pattern})(?![\w&])", re.IGNORECASE)) for name, (pattern, _) in ITEM_NAMES.items()]  # "noninterest expense" is no interest expense
+# "Net income (loss)" and "Operating income (loss)" are the same line items.
+_ITEMS = {name: [re.compile(rf"{label}(?:\s*\((?:loss|income)\))?\W*", re.IGNORECASE) for label in labels] for name, labels in ITEMS.items()}
 
 # The measures of FORMULAS that are plain arithmetic on line items; "@prior" is last year's column.
 MEASURES = {
@@ -179,14 +219,21 @@ MEASURES = {
     r"inventory turnover": "cost_of_sales / ((inventories + inventories@prior) / 2)",
     r"receiv\w* turnover": "revenues / ((receivables + receivables@prior) / 2)",
     r"payables? turnover": "cost_of_sales / ((payables + payables@prior) / 2)",
-    r"asset turnover": "revenues / ((total_assets + total_assets@prior) / 2)",
+    r"(?<!fixed )asset turnover": "revenues / ((total_assets + total_assets@prior) / 2)",
     r"cash conversion cycle": "365 / (cost_of_sales / ((inventories + inventories@prior) / 2)) + 365 / (revenues / "
     "((receivables + receivables@prior) / 2)) - 365 / (cost_of_sales / ((payables + payables@prior) / 2))",
     r"gross (?:profit )?margin": "(revenues - cost_of_sales) / revenues",
-    r"operating margin": "operating_income / revenues",
+    r"operating (?:profit )?margin": "operating_income / revenues",
     r"net (?:profit )?margin": "net_income / revenues",
     r"\bebitda\b": "operating_income + depreciation",
+    r"interest coverage": "operating_income / interest_expense",
+    r"effective (?:income )?tax rate": "income_tax / pretax_income",
+    r"free cash flow": "operating_cash_flow - capex",
+    r"return on (?:average )?(?:shareholders['’]? |stockholders['’]? )?equity|\broe\b": "net_income / ((equity + equity@prior) / 2)",
+    r"return on (?:average )?(?:total )?assets|\broa\b": "net_income / ((total_assets + total_assets@prior) / 2)",
 }
+# Measures that are rates: shown as a percentage, as filings and analysts write them.
+PERCENT_MEASURES = re.compile(r"margin|tax rate|return on|\bro[ae]\b", re.IGNORECASE)
 _MEASURES = [(re.compile(pattern, re.IGNORECASE), expression) for pattern, expression in MEASURES.items()]
 _ITEM_NAME = re.compile(r"[a-z_]+(?:@prior)?")
 
@@ -261,11 +308,14 @@ class Figure:
     printed: str
     source: int  # index of the page it was read from
 
-    def as_operand(self) -> str:
-        """The figure as arithmetic: a statement's "(1,234)" is negative, its "—" is zero."""
+    def as_operand(self, size: bool = False) -> str:
+        """The figure as arithmetic: a statement's "(1,234)" is negative, its "—" is zero; ``size``: a cost's
+        brackets show its direction, so "(1,234)" is 1,234."""
         if self.printed in ("—", "-"):
             return "0"
-        return f"(-{self.printed.strip('()')})" if self.printed.startswith("(") else self.printed
+        if self.printed.startswith("("):
+            return self.printed.strip("()") if size else f"(-{self.printed.strip('()')})"
+        return self.printed
 
 
 def line_items(text: str) -> list[tuple[str, list[str]]]:
@@ -301,14 +351,73 @@ def year_columns(text: str) -> list[str]:
 
 
 def measure_asked(question: str) -> tuple[str, str] | None:
-    """measure_asked("What is cash_ratio in FY2021 for Nike?") -> ("cash ratio", "cash / current_liabilities");
-    measure_asked("What is total debt to EBITDA?") -> None (a ratio the measure is only part of)"""
+    """The measure a question asks for and its expression over line items: a textbook measure by its name,
+    else a ratio or a growth rate the question spells out in line items.
+
+    measure_asked("What is cash_ratio in FY2021 for Nike?") -> ("cash ratio", "cash / current_liabilities");
+    measure_asked("What is total debt to EBITDA?") -> None (a ratio the measure is only part of)
+    """
     text = re.sub(r"[\s_]+", " ", question)
     for pattern, expression in _MEASURES:
         match = pattern.search(text)
         if match and not _part_of_a_ratio(text, match):
             return match.group(0), expression
+    return ratio_spelled_out(text) or growth_asked(text)
+
+
+def items_named(text: str) -> list[tuple[str, re.Match]]:
+    """The line items a question names, in order, each once where names overlap (the longest wins).
+
+    items_named("R&D expense as a % of total revenue") -> [("research_development", …), ("revenues", …)]
+    """
+    found = sorted(((name, m) for name, pattern in _ITEM_NAMES for m in pattern.finditer(text)),
+                   key=lambda found: (found[1].start(), -len(found[1].group(0))))
+    kept: list[tuple[str, re.Match]] = []
+    for name, match in found:
+        if not kept or match.start() >= kept[-1][1].end():
+            kept.append((name, match))
+    return kept
+
+
+# "A as a % of B", "A divided by B", "A / B", "A over B", "the ratio of A to B": one line item over another.
+_RATIO_BETWEEN = re.compile(r"\s*(?:as an? (?:%|percent(?:age)?|share|proportion|fraction) of|divided by|/|over|relative to|"
+                            r"(?P<to>to))\s+(?:the |its |total )*$", re.IGNORECASE)
+_RATIO_OF = re.compile(r"\bratio of (?:the |its )?$", re.IGNORECASE)
+_ASKS_PERCENT = re.compile(r"%|\bpercent(?:s|age)?\b", re.IGNORECASE)
+
+
+def ratio_spelled_out(text: str) -> tuple[str, str] | None:
+    """Rule: a ratio the question spells out between two line items is that item over the other.
+
+    ratio_spelled_out("What was capex as a percentage of total revenue in FY2020?") -> ("capex as a percentage of total revenue",
+    "capex / revenues")
+    """
+    named = items_named(text)
+    for (top, first), (bottom, second) in zip(named, named[1:]):
+        between = _RATIO_BETWEEN.fullmatch(text[first.end() : second.start()])
+        if between and (not between.group("to") or _RATIO_OF.search(text[: first.start()])) and top != bottom:
+            return text[first.start() : second.end()], f"{top} / {bottom}"
     return None
+
+
+_GROWTH = re.compile(r"\b(?:grow(?:th|n)?|grew|chang(?:e|ed)|increas(?:e|ed)|decreas(?:e|ed)|r[io]se|declin(?:e|ed)|f[ae]ll)\b", re.IGNORECASE)
+_YEAR_ON_YEAR = re.compile(r"\byear[- ](?:over|on)[- ]year\b|\byoy\b|\b(?:from|over|compared (?:with|to)|versus|vs\.?) "
+                           r"(?:the )?(?:prior|previous|preceding|last) (?:fiscal )?(?:year|period|quarter)\b", re.IGNORECASE)
+
+
+def growth_asked(text: str) -> tuple[str, str] | None:
+    """Rule: a growth rate asked of one line item, in percent, is this period's figure over the one before, less one.
+
+    growth_asked("By what percent did net sales grow year over year in FY2022?") -> ("net sales growth",
+    "(revenues - revenues@prior) / revenues@prior")
+    """
+    named = items_named(text)
+    years = years_named(text)
+    consecutive = len(years) == 2 and abs(int(years[0]) - int(years[1])) == 1
+    if len(named) != 1 or not _GROWTH.search(text) or not _ASKS_PERCENT.search(text) or not (_YEAR_ON_YEAR.search(text) or consecutive):
+        return None
+    item, match = named[0]
+    return f"{match.group(0)} growth", f"({item} - {item}@prior) / {item}@prior"
 
 
 def measure_items(question: str) -> list[re.Pattern]:
@@ -327,22 +436,50 @@ def _part_of_a_ratio(text: str, match: re.Match) -> bool:
     return bool(re.search(r"\bto\s+$", text[: match.start()]) or re.match(r"\s+to\b", text[match.end() :]))
 
 
-def find_figure(item: str, prior: bool, pages: list[str], year: str | None) -> Figure | None:
-    """The first statement page (in retrieval order) whose columns carry the year and which prints the item."""
+# A quarter's columns: a 10-Q heads "Three Months Ended" and "Six Months Ended" with the same two years.
+_NAMES_QUARTER = re.compile(r"\bq[1-4]\b|\b(?:first|second|third|fourth) quarter\b|\bthree months\b", re.IGNORECASE)
+_NAMES_LONGER_PERIOD = re.compile(r"\b(?:six|nine) months\b|\bfirst half\b|\byear[- ]to[- ]date\b|\bytd\b", re.IGNORECASE)
+
+
+def year_column(years: list[str], year: str, question: str) -> int | None:
+    """Rule: a year that heads two columns (a quarter's and the half-year's) names the first only when the question
+    asks a quarter. The column the year heads, or None.
+
+    year_column(["2022", "2021", "2022", "2021"], "2022", "NII in Q2 2022?") -> 0; (…, "NII in the first half of 2022?") -> None
+    """
+    if year not in years:
+        return None
+    if years.count(year) > 1 and (_NAMES_LONGER_PERIOD.search(question) or not _NAMES_QUARTER.search(question)):
+        return None
+    return years.index(year)
+
+
+def find_figure(item: str, prior: bool, pages: list[str], year: str | None, question: str = "") -> Figure | None:
+    """The first statement page (in retrieval order) whose columns carry the year and which prints the item;
+    ``prior``: the column of the year before. Without a year, the page's latest."""
     for source, text in enumerate(pages):
         if not statements_headed(text):  # a measure is computed from the statements, not from a summary table
             continue
         years = year_columns(text)
-        column = years.index(year) if year in years else (0 if years and year is None else None)
+        wanted_year = year or max(years, default=None)
+        if wanted_year is None:
+            continue
+        column = year_column(years, str(int(wanted_year) - 1) if prior else wanted_year, question)
         if column is None:
             continue
-        column += 1 if prior else 0
         items = line_items(text)
         for wanted in _ITEMS[item]:
             for label, figures in items:
-                if wanted.fullmatch(label) and column < len(figures) and column < len(years):
+                if wanted.fullmatch(label) and column < len(figures):
                     return Figure(item, label, years[column], figures[column], source)
     return None
+
+
+# A question about a measure that asks more than its value in one period: whether or why it moved, or an average
+# over several years (an average inside the measure's own definition is part of it).
+_ASKS_BEYOND_VALUE = re.compile(r"^\s*(?:is|are|was|were|did|does|do|has|have|had|can|will|should)\b|"
+                                r"\b(?:why|drove|driven|drivers?|improv\w*|consistent|trend|compar\w*)\b|"
+                                r"\baverage of\b|\b(?:two|three|four|five|\d+)[- ]years?\b", re.IGNORECASE)
 
 
 def work_out(question: str, pages: list[str]) -> tuple[str, list[int]] | None:
@@ -351,19 +488,24 @@ def work_out(question: str, pages: list[str]) -> tuple[str, list[int]] | None:
 
     ``pages`` are whole page texts in retrieval order. Returns the answer text, whose markers [1], [2], …
     number the cited pages in the order of the returned indexes, or None when any figure is missing.
+    A rate (a margin, a return, a tax rate) or a ratio asked in percent is given in percent.
     """
     asked = measure_asked(question)
     if asked is None:
         return None
     name, expression = asked
-    year = next(iter(years_named(question)), None)  # "FY2021", "fiscal 2021" -> "2021"
+    years = years_named(question)  # "FY2021", "fiscal 2021" -> "2021"
+    # a measure over two periods (an average, a growth) is the later one's; another asks one period
+    if _ASKS_BEYOND_VALUE.search(question) or (len(years) > 1 and "@prior" not in expression):
+        return None
+    year = max(years, default=None)
     figures: dict[str, Figure] = {}
     for token in set(_ITEM_NAME.findall(expression)):
-        figure = find_figure(token.split("@")[0], token.endswith("@prior"), pages, year)
+        figure = find_figure(token.split("@")[0], token.endswith("@prior"), pages, year, question)
         if figure is None:
             return None
         figures[token] = figure
-    arithmetic = _ITEM_NAME.sub(lambda m: figures[m.group(0)].as_operand(), expression)
+    arithmetic = _ITEM_NAME.sub(lambda m: figures[m.group(0)].as_operand(m.group(0).split("@")[0] in COST_ITEMS), expression)
     value = calc.evaluate(arithmetic)
     if value is None:
         return None
@@ -371,7 +513,8 @@ def work_out(question: str, pages: list[str]) -> tuple[str, list[int]] | None:
     marker = {source: number for number, source in enumerate(cited, start=1)}
     in_order = sorted(figures.values(), key=lambda f: (f.source, f.item, f.year))
     lines = [f"{f.label}, {f.year}: {f.printed} [{marker[f.source]}]" for f in in_order]
-    result = calc.format_result(value, arithmetic, question)
+    in_percent = "/" in expression and (bool(PERCENT_MEASURES.search(name)) or bool(_ASKS_PERCENT.search(question)))
+    result = calc.format_result(value * 100, arithmetic, question) + "%" if in_percent else calc.format_result(value, arithmetic, question)
     return "\n".join([*lines, f"{calc.WORKED_OUT_LABEL} {name} = {arithmetic} = {result}"]), cited
 
 

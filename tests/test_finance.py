@@ -57,6 +57,60 @@ def test_a_measure_with_a_line_the_pages_lack_is_left_to_the_model():
     assert finance.measure_asked("What is EBITDA to interest expense?") is None
 
 
+
+def statement(heading: str, years: list[str], rows: list[tuple[str, ...]]) -> str:
+    """A statement page as PyMuPDF's text layer reads it: heading, year columns, then each label and its cells."""
+    return "\n".join([heading, "(In millions)", *years, *(part for row in rows for part in row)])
+
+
+def test_a_ratio_the_question_spells_out_between_two_line_items_is_worked_out_in_percent_costs_by_their_size():
+    income = statement("CONSOLIDATED STATEMENTS OF OPERATIONS", ["2022", "2021"], [
+        ("Total revenues", "66,608", "62,286"), ("Cost of products", "(63,078)", "(59,237)"),
+        ("Research and development expense, net", "(2,852)", "(2,249)"), ("Loss from operations", "(3,547)", "(2,902)")])
+    text, cited = finance.work_out("What was R&D expense as a percentage of total revenue in FY2022? Round to two decimal places.", [income])
+    assert cited == [0]
+    assert text.splitlines() == [
+        "Research and development expense, net, 2022: (2,852) [1]",
+        "Total revenues, 2022: 66,608 [1]",
+        "Worked out: R&D expense as a percentage of total revenue = 2,852 / 66,608 = 4.28%",
+    ]
+    # a cost is bracketed to show its direction: gross margin subtracts its size
+    sales = statement("CONSOLIDATED INCOME STATEMENTS", ["2023", "2022"], [("Net sales", "14,694", "14,544"),
+                                                                            ("Cost of sales", "(11,969)", "(11,724)")])
+    assert finance.work_out("What was the FY2023 gross margin?", [sales])[0].endswith("= (14,694 - 11,969) / 14,694 = 18.54%")
+    assert finance.measure_asked("What is the ratio of net income to total assets?")[1] == "net_income / total_assets"
+    assert finance.measure_asked("What is net income to total assets?") is None  # "to" spells a ratio only after "ratio of"
+
+
+def test_a_growth_rate_reads_the_column_of_the_year_before_whichever_way_the_columns_run():
+    ascending = statement("CONSOLIDATED STATEMENTS OF OPERATIONS", ["2015", "2016", "2017"], [
+        ("Total net sales", "107,006", "135,987", "177,866"), ("Operating income", "2,233", "4,186", "4,106")])
+    text, _ = finance.work_out("What is the year-over-year change in revenue from FY2016 to FY2017, in percent?", [ascending])
+    assert text.endswith("= (177,866 - 135,987) / 135,987 = 30.8%")
+    assert finance.measure_asked("How did revenue change in FY2017?") is None  # neither a percent nor the year before asked
+
+
+def test_a_year_heading_a_quarter_and_a_half_year_names_the_quarter_only_when_the_question_asks_one():
+    quarter = statement("CONSOLIDATED STATEMENTS OF INCOME", ["Three months ended June 30,", "2022", "2021", "Six months ended June 30,",
+                                                              "2022", "2021"],
+                        [("Total net revenue", "30,715", "30,479", "61,441", "63,741"),
+                         ("Total noninterest expense", "17,749", "17,667", "36,940", "36,392"),
+                         ("Income tax expense", "1,991", "2,786", "4,214", "6,054"),
+                         ("Income before income tax expense", "10,640", "14,735", "21,240", "34,036")])
+    text, _ = finance.work_out("What was the effective tax rate in Q2 2022?", [quarter])
+    assert text.endswith("= 1,991 / 10,640 = 18.71%")
+    assert finance.work_out("What was the effective tax rate in the first half of 2022?", [quarter]) is None
+    assert finance.work_out("What was the effective tax rate in 2022?", [quarter]) is None  # which 2022 column?
+
+
+def test_a_measure_asked_over_several_years_or_asked_whether_it_moved_is_left_to_the_model():
+    income = statement("CONSOLIDATED STATEMENTS OF INCOME", ["2019", "2018", "2017"], [
+        ("Net revenues", "6,489", "7,500", "7,017"), ("Cost of revenues", "(2,000)", "(2,500)", "(2,400)")])
+    assert finance.work_out("What was the gross margin in FY2019?", [income]) is not None
+    assert finance.work_out("Has the gross margin improved in FY2019?", [income]) is None
+    assert finance.work_out("What is the FY2017 - FY2019 3 year average of gross margin?", [income]) is None
+    assert finance.measure_asked("What is the FY2019 fixed asset turnover ratio?") is None  # not the asset turnover
+
 def test_a_page_prints_a_statement_only_with_its_rows_of_figures_not_by_naming_it():
     contents = "Index to Financial Statements\nConsolidated Balance Sheets\n44\nConsolidated Statement of Cash Flows\n60"
     rows = "\n".join(f"{label}\n{a}\n{b}" for label, a, b in [
