@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 import calc
-from text_utils import FIGURE_CELL, FY, MONTHS, YEAR, YEAR_WORDED, year_of_line, years_named
+from text_utils import FIGURE_CELL, FY, MONTHS, YEAR, YEAR_WORDED, is_period_cell, year_of_line, years_named
 
 if TYPE_CHECKING:
     from pages import Line, Page
@@ -235,7 +235,15 @@ MEASURES = {
 # Measures that are rates: shown as a percentage, as filings and analysts write them.
 PERCENT_MEASURES = re.compile(r"margin|tax rate|return on|\bro[ae]\b", re.IGNORECASE)
 _MEASURES = [(re.compile(pattern, re.IGNORECASE), expression) for pattern, expression in MEASURES.items()]
-_ITEM_NAME = re.compile(r"[a-z_]+(?:@prior)?")
+# An expression's tokens: an item's name, or a row's own label in quotes ('total noninterest expense'); "@prior": the year before.
+_ITEM_NAME = re.compile(r"'[^']+'(?:@prior)?|[a-z_]+(?:@prior)?")
+
+
+def item_patterns(item: str) -> list[re.Pattern]:
+    """The labels an expression's item is printed under: an item's known labels, or a quoted label itself."""
+    if item.startswith("'"):
+        return [re.compile(rf"{re.escape(item.strip(chr(39)))}(?:\s*\((?:loss|income)\))?\W*", re.IGNORECASE)]
+    return _ITEMS[item]
 
 
 # A heading is a whole short line that does not end a sentence ("... included in the\nConsolidated Balance Sheets." is prose),
@@ -319,7 +327,8 @@ class Figure:
 
 
 def line_items(text: str) -> list[tuple[str, list[str]]]:
-    """The page's lines as (label, figures printed under it), the text layer's one cell per line.
+    """The page's lines as (label, figures printed under it), the text layer's one cell per line; a label's
+    spaces are plain spaces, whatever the PDF wrote ("Income\xa0tax\xa0expense").
 
     line_items("Inventories\\n6,854 \\n7,367 \\nTotal current assets\\n$\\n26,291 $\\n20,556") ->
     [("Inventories", ["6,854", "7,367"]), ("Total current assets", ["26,291", "20,556"])]
@@ -331,22 +340,35 @@ def line_items(text: str) -> list[tuple[str, list[str]]]:
         if (value := FIGURE_CELL.match(line)) and items:
             items[-1][1].append(value.group(1))
         elif not value:
-            items.append((line.rstrip(":"), []))
+            items.append((re.sub(r"\s+", " ", line).rstrip(":"), []))
     return [(label, figures) for label, figures in items if figures]
 
 
-def year_columns(text: str) -> list[str]:
-    """Rule: a statement's columns are headed by lines that are a year alone, before its first figure.
-    The years heading the page's columns, in order: the lines that are a year alone, before the first figure.
+def column_year(line: str) -> str | None:
+    """Rule: a column is headed by a year alone or by a date, and names that year.
+    column_year("Fiscal 2022") -> "2022"; column_year("February 2, 2019") -> "2019"; column_year("2022 sales") -> None"""
+    return year_of_line(line) or (years_named(line)[0] if is_period_cell(line) else None)
 
-    year_columns("BALANCE SHEETS\\nAugust 29,\\n2021\\nAugust 30,\\n2020\\nCash\\n$\\n11,258") -> ["2021", "2020"]
+
+def year_columns(text: str) -> list[str]:
+    """Rule: a statement's columns are headed by lines that are a year or a date, before its first figure; a
+    figure before any text is the page's number.
+    The years heading the page's columns, in order.
+
+    year_columns("48\\nBALANCE SHEETS\\nAugust 29,\\n2021\\nAugust 30,\\n2020\\nCash\\n$\\n11,258") -> ["2021", "2020"]
     """
     years: list[str] = []
+    text_seen = False
     for line in (line.strip() for line in text.splitlines()):
-        if year := year_of_line(line):
+        if not line or line == "$":
+            continue
+        if year := column_year(line):
             years.append(year)
-        elif FIGURE_CELL.match(line) and line != "$":
-            break
+        elif FIGURE_CELL.match(line):
+            if text_seen:
+                break
+        else:
+            text_seen = True
     return years if len(years) >= 2 else []
 
 
@@ -384,6 +406,11 @@ _RATIO_BETWEEN = re.compile(r"\s*(?:as an? (?:%|percent(?:age)?|share|proportion
                             r"(?P<to>to))\s+(?:the |its |total )*$", re.IGNORECASE)
 _RATIO_OF = re.compile(r"\bratio of (?:the |its )?$", re.IGNORECASE)
 _ASKS_PERCENT = re.compile(r"%|\bpercent(?:s|age)?\b", re.IGNORECASE)
+# "… defined as total noninterest expense divided by total net revenue": a ratio of two rows the question names
+# by label, up to seven words each, a phrase ending before a preposition or an instruction.
+_LABEL_WORD = r"(?!(?:in|for|at|during|and|round|rounded|answer|using|based|as|from|to|on|by|divided|over)\b)[A-Za-z][\w'’&-]*"
+_LABEL = rf"{_LABEL_WORD}(?: {_LABEL_WORD}){{0,6}}"
+_LABELS_DIVIDED = re.compile(rf"\b(?:as|is|was|be)\s+(?:the\s+)?(?P<a>{_LABEL})\s+(?:divided by|/|over)\s+(?:the\s+)?(?P<b>{_LABEL})", re.IGNORECASE)
 
 
 def ratio_spelled_out(text: str) -> tuple[str, str] | None:
@@ -397,6 +424,8 @@ def ratio_spelled_out(text: str) -> tuple[str, str] | None:
         between = _RATIO_BETWEEN.fullmatch(text[first.end() : second.start()])
         if between and (not between.group("to") or _RATIO_OF.search(text[: first.start()])) and top != bottom:
             return text[first.start() : second.end()], f"{top} / {bottom}"
+    if literal := _LABELS_DIVIDED.search(text):  # rows named by their own labels: read only where a row is so labelled
+        return literal.group(0).split(" ", 1)[1], f"'{literal.group('a').lower()}' / '{literal.group('b').lower()}'"
     return None
 
 
@@ -428,7 +457,7 @@ def measure_items(question: str) -> list[re.Pattern]:
     """
     asked = measure_asked(question)
     names = dict.fromkeys(token.split("@")[0] for token in _ITEM_NAME.findall(asked[1])) if asked else {}
-    return [pattern for name in names for pattern in _ITEMS[name]]
+    return [pattern for name in names for pattern in item_patterns(name)]
 
 
 def _part_of_a_ratio(text: str, match: re.Match) -> bool:
@@ -468,7 +497,7 @@ def find_figure(item: str, prior: bool, pages: list[str], year: str | None, ques
         if column is None:
             continue
         items = line_items(text)
-        for wanted in _ITEMS[item]:
+        for wanted in item_patterns(item):
             for label, figures in items:
                 if wanted.fullmatch(label) and column < len(figures):
                     return Figure(item, label, years[column], figures[column], source)

@@ -82,6 +82,16 @@ def test_a_ratio_the_question_spells_out_between_two_line_items_is_worked_out_in
     assert finance.measure_asked("What is net income to total assets?") is None  # "to" spells a ratio only after "ratio of"
 
 
+
+def test_a_ratio_of_two_rows_the_question_names_by_their_labels_is_read_only_where_rows_are_so_labelled():
+    bank = statement("CONSOLIDATED STATEMENTS OF INCOME", ["Three months ended March 31,", "2021", "2020"], [
+        ("Total net revenue", "32,266", "28,251"), ("Total noninterest expense", "18,725", "16,791"), ("Net income", "14,300", "2,865")])
+    question = "What was the efficiency ratio for Q1 2021? Define it as total noninterest expense divided by total net revenue, in percent."
+    text, _ = finance.work_out(question, [bank])
+    assert text.splitlines()[-1] == ("Worked out: total noninterest expense divided by total net revenue = 18,725 / 32,266 = 58.03%")
+    # a label no row prints is no figure: the question goes to the model
+    assert finance.work_out("Define it as total adjusted expense divided by total net revenue.", [bank]) is None
+
 def test_a_growth_rate_reads_the_column_of_the_year_before_whichever_way_the_columns_run():
     ascending = statement("CONSOLIDATED STATEMENTS OF OPERATIONS", ["2015", "2016", "2017"], [
         ("Total net sales", "107,006", "135,987", "177,866"), ("Operating income", "2,233", "4,186", "4,106")])
@@ -102,6 +112,18 @@ def test_a_year_heading_a_quarter_and_a_half_year_names_the_quarter_only_when_th
     assert finance.work_out("What was the effective tax rate in the first half of 2022?", [quarter]) is None
     assert finance.work_out("What was the effective tax rate in 2022?", [quarter]) is None  # which 2022 column?
 
+
+
+def test_columns_headed_by_dates_and_a_page_number_above_the_heading_are_read_as_the_text_layer_prints_them():
+    dated = "\n".join(["Table of Contents", "Consolidated Statements of Earnings", "$ in millions", "Fiscal Years Ended",
+                       "February 2, 2019", "February 3, 2018", "Revenue", "$", "42,879", "$", "42,151",
+                       "Earnings\xa0before\xa0income\xa0tax\xa0expense", "1,888", "1,817", "Income\xa0tax\xa0expense", "424", "818"])
+    assert finance.year_columns(dated) == ["2019", "2018"]
+    assert finance.work_out("What was the FY2019 effective tax rate?", [dated])[0].endswith("= 424 / 1,888 = 22.46%")
+    numbered = "\n".join(["48", "Consolidated Statements of Earnings", "(In Millions)", "Fiscal Year", "2020", "2019",
+                          "Net sales", "$", "17,626.6", "$", "16,865.2", "Operating profit", "2,953.9", "2,515.9"])
+    assert finance.year_columns(numbered) == ["2020", "2019"]  # "48" is the page's number, not a cell
+    assert finance.work_out("What is the FY2020 operating margin?", [numbered])[0].endswith("= 2,953.9 / 17,626.6 = 16.76%")
 
 def test_a_measure_asked_over_several_years_or_asked_whether_it_moved_is_left_to_the_model():
     income = statement("CONSOLIDATED STATEMENTS OF INCOME", ["2019", "2018", "2017"], [
