@@ -235,15 +235,7 @@ MEASURES = {
 # Measures that are rates: shown as a percentage, as filings and analysts write them.
 PERCENT_MEASURES = re.compile(r"margin|tax rate|return on|\bro[ae]\b", re.IGNORECASE)
 _MEASURES = [(re.compile(pattern, re.IGNORECASE), expression) for pattern, expression in MEASURES.items()]
-# An expression's tokens: an item's name, or a row's own label in quotes ('total noninterest expense'); "@prior": the year before.
-_ITEM_NAME = re.compile(r"'[^']+'(?:@prior)?|[a-z_]+(?:@prior)?")
-
-
-def item_patterns(item: str) -> list[re.Pattern]:
-    """The labels an expression's item is printed under: an item's known labels, or a quoted label itself."""
-    if item.startswith("'"):
-        return [re.compile(rf"{re.escape(item.strip(chr(39)))}(?:\s*\((?:loss|income)\))?\W*", re.IGNORECASE)]
-    return _ITEMS[item]
+_ITEM_NAME = re.compile(r"[a-z_]+(?:@prior)?")  # an expression's item; "@prior": the year before
 
 
 # A heading is a whole short line that does not end a sentence ("... included in the\nConsolidated Balance Sheets." is prose),
@@ -406,11 +398,7 @@ _RATIO_BETWEEN = re.compile(r"\s*(?:as an? (?:%|percent(?:age)?|share|proportion
                             r"(?P<to>to))\s+(?:the |its |total )*$", re.IGNORECASE)
 _RATIO_OF = re.compile(r"\bratio of (?:the |its )?$", re.IGNORECASE)
 _ASKS_PERCENT = re.compile(r"%|\bpercent(?:s|age)?\b", re.IGNORECASE)
-# "… defined as total noninterest expense divided by total net revenue": a ratio of two rows the question names
-# by label, up to seven words each, a phrase ending before a preposition or an instruction.
-_LABEL_WORD = r"(?!(?:in|for|at|during|and|round|rounded|answer|using|based|as|from|to|on|by|divided|over)\b)[A-Za-z][\w'’&-]*"
-_LABEL = rf"{_LABEL_WORD}(?: {_LABEL_WORD}){{0,6}}"
-_LABELS_DIVIDED = re.compile(rf"\b(?:as|is|was|be)\s+(?:the\s+)?(?P<a>{_LABEL})\s+(?:divided by|/|over)\s+(?:the\s+)?(?P<b>{_LABEL})", re.IGNORECASE)
+
 
 
 def ratio_spelled_out(text: str) -> tuple[str, str] | None:
@@ -424,8 +412,6 @@ def ratio_spelled_out(text: str) -> tuple[str, str] | None:
         between = _RATIO_BETWEEN.fullmatch(text[first.end() : second.start()])
         if between and (not between.group("to") or _RATIO_OF.search(text[: first.start()])) and top != bottom:
             return text[first.start() : second.end()], f"{top} / {bottom}"
-    if literal := _LABELS_DIVIDED.search(text):  # rows named by their own labels: read only where a row is so labelled
-        return literal.group(0).split(" ", 1)[1], f"'{literal.group('a').lower()}' / '{literal.group('b').lower()}'"
     return None
 
 
@@ -457,7 +443,7 @@ def measure_items(question: str) -> list[re.Pattern]:
     """
     asked = measure_asked(question)
     names = dict.fromkeys(token.split("@")[0] for token in _ITEM_NAME.findall(asked[1])) if asked else {}
-    return [pattern for name in names for pattern in item_patterns(name)]
+    return [pattern for name in names for pattern in _ITEMS[name]]
 
 
 def _part_of_a_ratio(text: str, match: re.Match) -> bool:
@@ -497,7 +483,7 @@ def find_figure(item: str, prior: bool, pages: list[str], year: str | None, ques
         if column is None:
             continue
         items = line_items(text)
-        for wanted in item_patterns(item):
+        for wanted in _ITEMS[item]:
             for label, figures in items:
                 if wanted.fullmatch(label) and column < len(figures):
                     return Figure(item, label, years[column], figures[column], source)

@@ -83,15 +83,6 @@ def test_a_ratio_the_question_spells_out_between_two_line_items_is_worked_out_in
 
 
 
-def test_a_ratio_of_two_rows_the_question_names_by_their_labels_is_read_only_where_rows_are_so_labelled():
-    bank = statement("CONSOLIDATED STATEMENTS OF INCOME", ["Three months ended March 31,", "2021", "2020"], [
-        ("Total net revenue", "32,266", "28,251"), ("Total noninterest expense", "18,725", "16,791"), ("Net income", "14,300", "2,865")])
-    question = "What was the efficiency ratio for Q1 2021? Define it as total noninterest expense divided by total net revenue, in percent."
-    text, _ = finance.work_out(question, [bank])
-    assert text.splitlines()[-1] == ("Worked out: total noninterest expense divided by total net revenue = 18,725 / 32,266 = 58.03%")
-    # a label no row prints is no figure: the question goes to the model
-    assert finance.work_out("Define it as total adjusted expense divided by total net revenue.", [bank]) is None
-
 def test_a_growth_rate_reads_the_column_of_the_year_before_whichever_way_the_columns_run():
     ascending = statement("CONSOLIDATED STATEMENTS OF OPERATIONS", ["2015", "2016", "2017"], [
         ("Total net sales", "107,006", "135,987", "177,866"), ("Operating income", "2,233", "4,186", "4,106")])
