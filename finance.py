@@ -400,7 +400,6 @@ _RATIO_OF = re.compile(r"\bratio of (?:the |its )?$", re.IGNORECASE)
 _ASKS_PERCENT = re.compile(r"%|\bpercent(?:s|age)?\b", re.IGNORECASE)
 
 
-
 def ratio_spelled_out(text: str) -> tuple[str, str] | None:
     """Rule: a ratio the question spells out between two line items is that item over the other.
 
