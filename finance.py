@@ -11,7 +11,8 @@ generic answer path knows none of this: it reaches this module only through the 
     pages_named            statements_named()         the statements a question or its instructions name
     pages_needed           statements_measured()      the statements a measure asked for is computed from
     line_ranking           measure_rows()             a measure's rows among the evidence lines
-    answer_in_code         measure_from_statements()  a measure worked out from the statement lines, no model
+    answer_in_code         measure_from_statements()  a measure worked out from the statement lines, or one line
+                                                      item asked alone read off its row (item_asked), no model
     prompt_notes           formulas_for()             a measure's textbook formula, told to the model
     asks_calculation       asks_calculation()         measure words that ask for arithmetic
     document_types         DOC_TYPES                  10-K, 10-Q, financial statements (routing's profile)
@@ -51,6 +52,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 import calc
+import cells
+from pages import unit_above
 from text_utils import FIGURE_CELL, FY, MONTHS, YEAR, YEAR_WORDED, is_period_cell, year_of_line, years_named
 
 if TYPE_CHECKING:
@@ -547,15 +550,59 @@ def measure_rows(question: str, lines: list[Line]) -> np.ndarray:
     return np.array([line.kind == "row" and any(item.fullmatch(line.label) for item in items) for line in lines], dtype=bool)
 
 
+# Words of a question about one line item that name no other thing: its scale and the fiscal year's wording.
+_SCALE_WORDS = frozenset("usd us dollar million billion thousand fy fiscal".split())
+
+
+def item_asked(question: str, document: str = "") -> str | None:
+    """Rule: a question asking the value of one line item in one period, each of its words the item's name,
+    a word asking for a value, the year or the company's name, is answered by that item's statement row.
+    The item (a key of ITEMS), or None. ``question``'s first line is read (the next one says the answer's form);
+    ``document`` is the file's name, where the company's name stands ("3M_2018_10K.pdf").
+
+    item_asked("What is the FY2018 capital expenditure amount for 3M?", "3M_2018_10K.pdf") -> "capex";
+    item_asked("Which of JPM's segments had the highest net income?", "JPM.pdf") -> None ("segments", "highest")
+    """
+    query = question.split("\n")[0]
+    if not cells.is_lookup(query) or _ASKS_BEYOND_VALUE.search(query) or measure_asked(query) or len(years_named(query)) > 1:
+        return None
+    named = items_named(query)
+    if len({name for name, _ in named}) != 1:
+        return None
+    unaccounted = cells.words_of(YEAR_WORDED.sub(" ", query)) - cells.LOOKUP_WORDS - _SCALE_WORDS
+    for _, match in named:
+        unaccounted -= cells.words_of(match.group(0))
+    company = re.sub(r"[^a-z0-9]", "", document.lower())
+    return named[0][0] if all(word in company for word in unaccounted) else None
+
+
+def item_from_statements(question: str, pages: list[str], document: str = "") -> tuple[str, list[int]] | None:
+    """The answer to a question asking one line item's value (``item_asked``), read off the first statement page
+    that prints it in the column of the year asked (else the latest), with the table's unit; None when no page does.
+
+    Returns the answer text, the marker [1] citing the page, and the page's index in ``pages``.
+    """
+    item = item_asked(question, document)
+    years = years_named(question.split("\n")[0])
+    figure = find_figure(item, False, pages, years[0] if years else None, question) if item else None
+    if figure is None:
+        return None
+    text = pages[figure.source]
+    unit = unit_above(text, text.find(figure.label)) if figure.label in text else ""
+    return f"{figure.label}, {figure.year}: {figure.printed}{' ' + unit if unit else ''} [1].", [figure.source]
+
+
 def measure_from_statements(question: str, pages: list[Page]) -> tuple[str, list[Hit]] | None:
-    """A financial measure read off the statement pages among the ``pages`` (best first), and the pages it cites.
+    """A financial measure, or one line item asked alone, read off the statement pages among the ``pages``
+    (best first), and the pages it cites.
 
     Only the top page's document is read: one measure comes from one company's statements.
     """
-    if not pages or not measure_asked(question):
+    if not pages:
         return None
     document = [page for page in pages if page.hit.collection == pages[0].hit.collection]
-    if not (worked := work_out(question, [page.text for page in document])):
+    texts = [page.text for page in document]
+    if not (worked := work_out(question, texts) if measure_asked(question) else item_from_statements(question, texts, document[0].hit.doc_name)):
         return None
     text, cited = worked
     return text, [replace(document[i].hit, start=0, end=len(document[i].text), text=document[i].text) for i in cited]

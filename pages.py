@@ -87,6 +87,17 @@ def _joined(text: str) -> str:
     return " ".join(text.split())
 
 
+_LEADER = re.compile(r"(?:\s*\.){3,}\s*")
+
+
+def row_label(cell: str) -> str:
+    """Rule: a row's leader dots lead the eye to its figures and say nothing, so its label is read without them.
+
+    row_label("Total current liabilities.......... ") -> "Total current liabilities"
+    """
+    return _LEADER.sub(" ", _joined(cell)).strip()
+
+
 def page_lines(text: str) -> list[Line]:
     """The page cut into lines a person reads as one statement; see the module docstring.
 
@@ -132,7 +143,8 @@ def page_lines(text: str) -> list[Line]:
             flush_paragraph()
             end = physical[figures_after[-1]][1]
             figures = [text[physical[f][0] : physical[f][1]].replace(" ", "") for f in figures_after]
-            lines.append(Line(s, end, "row", row_text(heading, _joined(cell), figures, years), _joined(cell)))
+            label = row_label(cell)
+            lines.append(Line(s, end, "row", row_text(heading, label, figures, years), label))
             i = j
             continue
         if cell.startswith("|") and cell.endswith("|"):  # a Markdown table row (EXTRACTOR=layout)

@@ -558,14 +558,15 @@ def ask(
     # the retriever searched the question without these instructions
     asked = question_for_prompt(parsed if query == question else parse_question(question))
     if passages is None:
+        # a cell the evidence shows is cited by its line, so it goes before a domain's reading of whole pages
+        if cell := cells.named_cell(parsed.query, answer.evidence):
+            text, answer.sources = cells.cell_answer(cell), answer.evidence
+            log.info("Read in code: a table cell on p.%d, no model call", cell.line.page)  # the page's words stay out of the log
+            return AnswerStream(iter([text]), finish, answer.evidence)
         if worked := domains.answer_in_code(asked, pages):
             text, answer.sources = worked
             log.info("Worked out from pages %s, no model call", [h.page for h in answer.sources])
             stage("Working it out from the documents' own figures…")
-            return AnswerStream(iter([text]), finish, answer.evidence)
-        if cell := cells.named_cell(parsed.query, answer.evidence):
-            text, answer.sources = cells.cell_answer(cell), answer.evidence
-            log.info("Read in code: a table cell on p.%d, no model call", cell.line.page)  # the page's words stay out of the log
             return AnswerStream(iter([text]), finish, answer.evidence)
     as_lines = passages is None and config.ANSWER_CONTEXT == "lines" and bool(answer.evidence)  # passages given are read as given
     if as_lines:

@@ -178,3 +178,22 @@ def test_a_question_s_years_are_written_as_the_document_writes_its_fiscal_years(
 
 def test_how_a_document_writes_its_years_needs_three_uses():
     assert finance.year_style("In FY2021, FY2020 and FY2019 sales rose") == "fy" and finance.year_style("In 2021 sales rose") == "plain"
+
+
+def test_one_line_item_asked_alone_is_read_off_its_statement_row_with_the_unit():
+    pages = [SUMMARY, INCOME_STATEMENT, BALANCE_SHEET]
+    text, cited = finance.item_from_statements("What is the FY2020 total amount of inventories for ACME?", pages, "ACME_2021_10K.pdf")
+    assert (text, cited) == ("Inventories, 2020: 7,367 (In millions) [1].", [2])
+    latest, _ = finance.item_from_statements("What were ACME's total current assets?", pages, "ACME_2021_10K.pdf")
+    assert latest.startswith("Total current assets, 2021: 26,291")  # no year named: the latest column
+
+
+def test_a_question_about_a_line_item_that_asks_more_than_its_value_is_left_to_the_model():
+    asked = lambda question: finance.item_asked(question, "ACME_2021_10K.pdf")  # noqa: E731
+    assert asked("What is the FY2018 capital expenditure amount for ACME?") == "capex"
+    assert asked("What was ACME's revenue in the Asia segment in 2021?") is None  # "Asia", "segment": not the total
+    assert asked("Which of ACME's segments had the highest net income in 2021?") is None
+    assert asked("How did ACME's revenue change from 2020 to 2021?") is None  # a change, two years
+    assert asked("Why did ACME's net income fall in 2021?") is None
+    assert asked("What is ACME's revenue as a % of total assets?") is None  # a ratio: measure_asked's
+    assert asked("Is ACME's inventory too high?") is None
