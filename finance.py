@@ -53,7 +53,7 @@ import numpy as np
 
 import calc
 import cells
-from pages import unit_above
+from pages import row_label, unit_above
 from text_utils import FIGURE_CELL, FY, MONTHS, YEAR, YEAR_WORDED, is_period_cell, year_of_line, years_named
 
 if TYPE_CHECKING:
@@ -211,8 +211,9 @@ ITEM_NAMES = {
     "equity": (r"(?:total )?(?:stockholders|shareholders)['’]? equity", _BALANCE),
 }
 _ITEM_NAMES = [(name, re.compile(rf"\b(?:{pattern})(?![\w&])", re.IGNORECASE)) for name, (pattern, _) in ITEM_NAMES.items()]  # "noninterest expense" is no interest expense
-# "Net income (loss)" and "Operating income (loss)" are the same line items.
-_ITEMS = {name: [re.compile(rf"{label}(?:\s*\((?:loss|income)\))?\W*", re.IGNORECASE) for label in labels] for name, labels in ITEMS.items()}
+# A note in brackets after a label names the same line item: "Net income (loss)", "Purchases of property, plant
+# and equipment (PP&E)", "Capital expenditures (including capitalized software)".
+_ITEMS = {name: [re.compile(rf"{label}(?:\s*\([^()]*\))?\W*", re.IGNORECASE) for label in labels] for name, labels in ITEMS.items()}
 
 # The measures of FORMULAS that are plain arithmetic on line items; "@prior" is last year's column.
 MEASURES = {
@@ -323,7 +324,7 @@ class Figure:
 
 def line_items(text: str) -> list[tuple[str, list[str]]]:
     """The page's lines as (label, figures printed under it), the text layer's one cell per line; a label's
-    spaces are plain spaces, whatever the PDF wrote ("Income\xa0tax\xa0expense").
+    spaces are plain spaces, whatever the PDF wrote ("Income\xa0tax\xa0expense"), and its leader dots are gone.
 
     line_items("Inventories\\n6,854 \\n7,367 \\nTotal current assets\\n$\\n26,291 $\\n20,556") ->
     [("Inventories", ["6,854", "7,367"]), ("Total current assets", ["26,291", "20,556"])]
@@ -335,7 +336,7 @@ def line_items(text: str) -> list[tuple[str, list[str]]]:
         if (value := FIGURE_CELL.match(line)) and items:
             items[-1][1].append(value.group(1))
         elif not value:
-            items.append((re.sub(r"\s+", " ", line).rstrip(":"), []))
+            items.append((row_label(line).rstrip(":"), []))
     return [(label, figures) for label, figures in items if figures]
 
 

@@ -197,3 +197,16 @@ def test_a_question_about_a_line_item_that_asks_more_than_its_value_is_left_to_t
     assert asked("Why did ACME's net income fall in 2021?") is None
     assert asked("What is ACME's revenue as a % of total assets?") is None  # a ratio: measure_asked's
     assert asked("Is ACME's inventory too high?") is None
+
+
+def test_a_note_in_brackets_after_a_label_names_the_same_line_item():
+    page = BALANCE_SHEET.replace("Inventories", "Inventories (Note 4)")
+    assert finance.find_figure("inventories", False, [page], "2021").printed == "6,854"
+    cash_flows = "\n".join(["CONSOLIDATED STATEMENTS OF CASH FLOWS", "(Millions)", "2018", "2017",
+                            "Purchases of property, plant and equipment (PP&E)", "(1,577)", "(1,373)"])
+    assert finance.find_figure("capex", False, [cash_flows], "2018").printed == "(1,577)"
+
+
+def test_a_statement_label_is_read_without_its_leader_dots():
+    page = BALANCE_SHEET.replace("Total current liabilities", "Total current liabilities......................")
+    assert dict(finance.line_items(page))["Total current liabilities"] == ["9,674", "8,284"]
