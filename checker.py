@@ -55,7 +55,7 @@ import calc
 import cells as cells_module
 import config
 import rules
-from pages import row_cells
+from pages import row_cells, row_label
 from text_utils import (FIGURES_LINE, NAME_RUN, WRITTEN_WORD, YEAR_SPAN, YEAR_TOKEN, one_year_spans, is_table_row, months_in,
                         numbers_in, sentence_spans, table_cells, tokenize, without_possessive, without_s, years_in)
 
@@ -351,7 +351,8 @@ def passage_units(passage: str) -> list[str]:
     passage_units("Sales rose.\nThey fell\nlater.") -> ["Sales rose.", "They fell later."]
     """
     units, prose, table = [], [], []
-    for line in passage.split("\n") + [""]:
+    # a row's leader dots are no sentence end: "Total assets ........ 9,674" is one place (pages.row_label)
+    for line in [row_label(line) for line in passage.split("\n")] + [""]:
         if is_table_row(line):
             table.append(line)
             continue

@@ -583,8 +583,8 @@ def item_from_statements(question: str, pages: list[str], document: str = "") ->
 
     Returns the answer text, the marker [1] citing the page, and the page's index in ``pages``.
     """
-    item = item_asked(question, document)
-    years = years_named(question.split("\n")[0])
+    query = question.split("\n")[0]  # the answer's form, on the next line, names no year of the item
+    item, years = item_asked(query, document), years_named(query)
     figure = find_figure(item, False, pages, years[0] if years else None, question) if item else None
     if figure is None:
         return None

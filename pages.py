@@ -9,7 +9,8 @@
       list item  a line that starts with a bullet or an item number
       table row  a label and the figures printed under it, one cell per line in the text layer
                  ("Purchases of PP&E\\n(1,577)\\n(1,373)"), or a Markdown row; read with its column
-                 heads ("2018: (1,577) · 2017: (1,373)") and the table's heading above it
+                 heads ("2018: (1,577) · 2017: (1,373)") and the table's heading above it, its leader dots dropped
+                 (``row_label``: "Total assets ......" reads "Total assets")
     -> [Line(start, end, kind, text, label)]: the span on the page (for highlighting) and the line as read
     row line      -> row_cells()   its (column head, value) cells read back (the checker, cells.py)
     page, offset  -> unit_above()  the unit its table is printed in ("(In millions)")

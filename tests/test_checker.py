@@ -537,3 +537,12 @@ def test_a_rule_is_switched_off_only_by_a_registered_name():
     with rules.off({"denial"}):
         [let_through] = checker.verify_answer(answer, [plant])
     assert denied.supported is False and let_through.supported
+
+
+def test_a_row_with_leader_dots_backs_its_figure():
+    page = "CONSOLIDATED STATEMENTS OF CASH FLOWS\n(in millions)\n2023\n2022\nNet cash provided by operating activities ..........\n6,439\n5,878\n"
+    hit = Hit(id="a", collection="c", doc_name="acme.pdf", page=2, start=0, end=len(page), text=page)
+    [checked] = checker.verify_answer("Net cash provided by operating activities, 2023: 6,439 [1]", [hit])
+    assert checked.supported  # the dots end no sentence: the label and its figures are one place
+    [other] = checker.verify_answer("Net cash provided by operating activities, 2023: 7,100 [1]", [hit])
+    assert not other.supported

@@ -3,9 +3,17 @@ statement's own lines (which line, which year column, what result); which lines 
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pymupdf
+
 import finance
+import ingest
+import models
+import qa
 from finance import statements_headed, statements_measured, statements_named
 from question import parse_question
+from retriever import Retriever
 
 BALANCE_SHEET = "\n".join([
     "ACME, INC.", "CONSOLIDATED BALANCE SHEETS", "MAY 31,", "(In millions)", "2021", "2020", "ASSETS",
@@ -210,3 +218,42 @@ def test_a_note_in_brackets_after_a_label_names_the_same_line_item():
 def test_a_statement_label_is_read_without_its_leader_dots():
     page = BALANCE_SHEET.replace("Total current liabilities", "Total current liabilities......................")
     assert dict(finance.line_items(page))["Total current liabilities"] == ["9,674", "8,284"]
+
+
+def statements_pdf(path: Path) -> Path:
+    """A 10-K's income statement and cash flow statement, one cell per text line, leader dots after the labels."""
+    doc = pymupdf.open()
+    for title, rows in (("CONSOLIDATED STATEMENTS OF OPERATIONS", [("Net sales", "51,877", "48,412"),
+                                                                    ("Operating income", "4,357", "4,122")]),
+                        ("CONSOLIDATED STATEMENTS OF CASH FLOWS", [("Net cash provided by operating activities", "6,439", "5,878"),
+                                                                   ("Purchases of property, plant and equipment (PP&E)", "(1,577)", "(1,373)")])):
+        page = doc.new_page()
+        page.insert_text((50, 60), title, fontsize=12)
+        page.insert_text((50, 78), "(in millions)", fontsize=9)
+        for x, year in zip((380, 460), ("2023", "2022")):
+            page.insert_text((x, 100), year, fontsize=10)
+        for row, (label, *figures) in enumerate(rows):
+            page.insert_text((50, 122 + row * 18), label + " " + "." * 12, fontsize=10)
+            for x, figure in zip((380, 460), figures):
+                page.insert_text((x, 122 + row * 18), figure, fontsize=10)
+    doc.save(path)
+    return path
+
+
+def test_a_line_item_asked_alone_is_answered_from_its_row_without_the_model_and_a_shown_cell_by_its_line(
+        store, embedder, ollama_chat, monkeypatch, tmp_path):
+    collection = ingest.ingest_pdf(statements_pdf(tmp_path / "ACME_2023_10K.pdf"), store, embedder).collection
+    retriever = Retriever(store, embedder)
+    monkeypatch.setattr(ollama_chat, "models", ["llama3.2:3b"])
+    monkeypatch.setattr(ollama_chat, "chats", [])
+    llm = models.get_chat_model()
+
+    capex = qa.answer_question("What is the FY2023 capital expenditure amount for ACME?", retriever, llm=llm, scope=[collection])
+    assert capex.text == "Purchases of property, plant and equipment (PP&E), 2023: (1,577) (in millions) [1]."
+    assert ollama_chat.chats == [] and capex.model is None  # read off the cash flow statement, no model call
+    assert [c.verified for c in capex.citations] == [True]
+
+    # the row the question names is among the lines shown: the cell is read and cited by its line, not the page
+    sales = qa.answer_question("What were ACME's net sales in 2022?", retriever, llm=llm, scope=[collection])
+    assert sales.text.startswith("Net sales, 2022: 48,412") and sales.text.endswith("[L1].")
+    assert ollama_chat.chats == []
