@@ -45,6 +45,7 @@ their predecessors, each marked fitted or held out in evaluation/README.md): ``e
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import re
 from dataclasses import dataclass, field
@@ -55,7 +56,7 @@ import calc
 import cells as cells_module
 import config
 import rules
-from pages import row_cells, row_label
+from pages import page_lines, row_cells, row_label
 from text_utils import (FIGURES_LINE, NAME_RUN, WRITTEN_WORD, YEAR_SPAN, YEAR_TOKEN, one_year_spans, is_table_row, months_in,
                         numbers_in, sentence_spans, table_cells, tokenize, without_possessive, without_s, years_in)
 
@@ -839,9 +840,45 @@ def in_unnamed_column(claim: str, passage: str, question: str) -> bool:
     """Rule: a row's figure backs a sentence only under a column the sentence (or its question) names.
     Does ``claim`` state a figure of the row ``passage`` only from a column it does not name? Columns are
     the row's heads ("2019: 16,525"); named by the claim, else by the question; naming none, any will do.
+    A passage of several lines is read into its rows first (``unnamed_column_in_rows``).
 
     in_unnamed_column("Assets were 16,525 in 2018.", "Assets · 2019: 16,525 · 2018: 15,134", "") -> True
     """
+    if "\n" in passage:
+        return unnamed_column_in_rows(claim, passage, question)
+    return _in_unnamed_column_of_row(claim, passage, question)
+
+
+def unnamed_column_in_rows(claim: str, passage: str, question: str) -> bool:
+    """Does ``claim`` state a figure that ``passage`` prints only in table rows, each time under a column
+    the claim (or its question) does not name? A table the text extractor writes one cell per line under a
+    run of year heads is read into rows with those heads, as the evidence lines read it (``pages.page_lines``).
+
+    unnamed_column_in_rows("Assets were 15,134 in 2019.", "2019\n2018\nAssets\n16,525\n15,134", "") -> True
+    """
+    rows, outside = _passage_rows(passage)
+    for figure in numbers_in(claim) - years_in(claim):
+        holding = [row for row in rows if figure in numbers_in(" ".join(value for _, value in row_cells(row)))]
+        if holding and figure not in outside and all(_in_unnamed_column_of_row(claim, row, question) for row in holding):
+            return True
+    return False
+
+
+@functools.lru_cache(maxsize=256)
+def _passage_rows(passage: str) -> tuple[tuple[str, ...], frozenset[str]]:
+    """The table rows of ``passage`` with their column heads (``pages.page_lines``), and the figures it prints
+    outside them (a figure also in prose may be backed there)."""
+    rows = [line for line in page_lines(passage) if line.kind == "row" and len(row_cells(line.text)) >= 2]
+    outside, at = [], 0
+    for row in rows:
+        outside.append(passage[at : row.start])
+        at = max(at, row.end)
+    outside.append(passage[at:])
+    return tuple(row.text for row in rows), frozenset(numbers_in(" ".join(outside)))
+
+
+def _in_unnamed_column_of_row(claim: str, passage: str, question: str) -> bool:
+    """``in_unnamed_column`` for one row line."""
     cells = row_cells(passage)
     if len(cells) < 2:
         return False

@@ -414,6 +414,24 @@ def test_rule_a_rows_figure_backs_only_under_the_column_named():
     assert not checker.in_unnamed_column("They were 16,525.", _CURRENT.text, "What were total current assets?")
 
 
+# a balance sheet as the text extractor writes it: one cell per line, the years heading the columns
+_ONE_CELL_PER_LINE = "December 31,\n2019\n2018\nTotal current assets ..........\n16,525\n15,134\nTotal assets\n45,400\n40,000"
+
+
+def test_a_passages_table_backs_a_figure_only_under_the_column_named():
+    """The row_column rule holds in a passage's table printed one cell per line, read into rows with their heads."""
+    assert checker.in_unnamed_column("Total current assets were 15,134 in 2019.", _ONE_CELL_PER_LINE, "")
+    assert not checker.in_unnamed_column("Total current assets were 16,525 in 2019.", _ONE_CELL_PER_LINE, "")
+    assert checker.in_unnamed_column("They were 15,134.", _ONE_CELL_PER_LINE, "What were total current assets in 2019?")
+    # the same figure written in a sentence as well may be backed there
+    assert not checker.in_unnamed_column("They were 15,134 in 2019.", "Assets grew to 15,134.\n" + _ONE_CELL_PER_LINE, "")
+    # in the whole answer: the other year's figure gets no ✓, the asked year's does
+    passage = _hit(_ONE_CELL_PER_LINE, 5)
+    wrong, right = (checker.verify_answer(f"Total current assets were {figure} in 2019 [1].", [passage])[0].supported
+                    for figure in ("15,134", "16,525"))
+    assert (wrong, right) == (False, True)
+
+
 def test_rule_a_figure_is_backed_by_the_row_the_sentence_names():
     assert checker.rows_named_less("Total current assets were 45,400.", "", [_CURRENT, _ALL]) == {1}
     assert checker.rows_named_less("Total assets were 45,400.", "", [_CURRENT, _ALL]) == set()
