@@ -17,7 +17,9 @@ chart's values), and beside the claim's year if it names one; in a table written
 line (the text extractor's way) a figure belongs to the label line above its run of values, and
 is not backed when another row's label fits the claim better, or holds a word of the claim
 that the figure's row lacks ("total long-term liabilities" is not the "Total liabilities" row),
-or adds a second thing the claim does not name ("Total liabilities and equity").
+or adds a second thing the claim does not name ("Total liabilities and equity"). Such a table under
+a run of year heads is read into rows with their columns (``pages.page_lines``, as the evidence lines
+read it), so a figure there is backed only under a column the claim, or its question, names.
 The question's subject (the company, the document's own name for the period, a page reference)
 need not be repeated by the passage, but some passage shown must name it; words pointing at the
 source ("as stated in the document") need not be on it either; any other number the question

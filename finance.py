@@ -321,6 +321,10 @@ class Figure:
             return self.printed.strip("()") if size else f"(-{self.printed.strip('()')})"
         return self.printed
 
+    def cited(self, marker: int, unit: str = "") -> str:
+        """The figure as an answer line shows it, citing its page: "Capital expenditures, 2018: (1,577) [1]"."""
+        return f"{self.label}, {self.year}: {self.printed}{' ' + unit if unit else ''} [{marker}]"
+
 
 def line_items(text: str) -> list[tuple[str, list[str]]]:
     """The page's lines as (label, figures printed under it), the text layer's one cell per line; a label's
@@ -530,7 +534,7 @@ def work_out(question: str, pages: list[str]) -> tuple[str, list[int]] | None:
     cited = sorted({f.source for f in figures.values()})
     marker = {source: number for number, source in enumerate(cited, start=1)}
     in_order = sorted(figures.values(), key=lambda f: (f.source, f.item, f.year))
-    lines = [f"{f.label}, {f.year}: {f.printed} [{marker[f.source]}]" for f in in_order]
+    lines = [f.cited(marker[f.source]) for f in in_order]
     in_percent = "/" in expression and (bool(PERCENT_MEASURES.search(name)) or bool(_ASKS_PERCENT.search(question)))
     result = calc.format_result(value * 100, arithmetic, question) + "%" if in_percent else calc.format_result(value, arithmetic, question)
     return "\n".join([*lines, f"{calc.WORKED_OUT_LABEL} {name} = {arithmetic} = {result}"]), cited
@@ -590,7 +594,7 @@ def item_from_statements(question: str, pages: list[str], document: str = "") ->
         return None
     text = pages[figure.source]
     unit = unit_above(text, text.find(figure.label)) if figure.label in text else ""
-    return f"{figure.label}, {figure.year}: {figure.printed}{' ' + unit if unit else ''} [1].", [figure.source]
+    return f"{figure.cited(1, unit)}.", [figure.source]
 
 
 def measure_from_statements(question: str, pages: list[Page]) -> tuple[str, list[Hit]] | None:

@@ -215,8 +215,11 @@ SERVER_KEY, SERVER_MODEL = "test-key", "qwen-small"
 
 @pytest.fixture
 def ollama_chat(ollama_server, monkeypatch):
-    """The app's chat model is the Ollama stand-in (``ollama_server``): set its models, replies and chats."""
+    """The app's chat model is the Ollama stand-in (``ollama_server``), holding the default model and recording
+    this test's chat requests in ``chats``; a test sets its ``replies`` (or other ``models``)."""
     monkeypatch.setattr(config, "LLM_BACKEND", "ollama")
+    monkeypatch.setattr(ollama_server, "models", [config.OLLAMA_DEFAULT_LLM])
+    monkeypatch.setattr(ollama_server, "chats", [])
     models.forget_chat_models()
     yield ollama_server
     models.forget_chat_models()

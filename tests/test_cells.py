@@ -67,9 +67,7 @@ def test_a_named_cell_is_answered_in_code_and_a_question_naming_no_column_goes_t
         store, embedder, ollama_chat, monkeypatch, tmp_path):
     collection = ingest.ingest_pdf(trail_table_pdf(tmp_path / "park.pdf"), store, embedder).collection
     retriever = Retriever(store, embedder)
-    monkeypatch.setattr(ollama_chat, "models", ["llama3.2:3b"])
     monkeypatch.setattr(ollama_chat, "replies", ["The Lake loop had 28.7 thousand visitors in 2023 [L1]."])
-    monkeypatch.setattr(ollama_chat, "chats", [])
 
     answer = qa.answer_question("How many visitors did the Lake loop have in 2022?", retriever, llm=models.get_chat_model(), scope=[collection])
     assert answer.text == "Lake loop, 2022: 30.2 (in thousands) [L1]."

@@ -238,8 +238,7 @@ def test_cli_prints_json_with_citations(tmp_path, three_page_pdf):
 # The Ollama route, against the local server in conftest that speaks Ollama's HTTP API
 
 
-def test_ollama_answers_stream_and_get_verified(facts, ollama_chat, monkeypatch):
-    monkeypatch.setattr(ollama_chat, "models", ["llama3.2:3b"])
+def test_ollama_answers_stream_and_get_verified(facts, ollama_chat):
     retriever, _ = facts
     llm = models.get_chat_model()
     assert type(llm).__name__ == "ChatOllama" and llm.num_ctx == config.LLM_N_CTX
@@ -267,9 +266,7 @@ def test_ollama_missing_model_and_server_down_are_plain_errors(facts, ollama_cha
 def test_given_passages_are_read_instead_of_a_search(store, embedder, ollama_chat, monkeypatch):
     """What evaluation/eval_answers.py --replay relies on: the model reads exactly the passages given, and the
     answer is checked against them as usual."""
-    monkeypatch.setattr(ollama_chat, "models", ["llama3.2:3b"])
     monkeypatch.setattr(ollama_chat, "replies", ["The staff door code is 4711 [1]."])
-    monkeypatch.setattr(ollama_chat, "chats", [])
     text = "Staff notice. The staff door code is 4711. Please keep it private."
     passage = Hit(id="p3", collection="c", doc_name="notice.pdf", page=3, start=0, end=len(text), text=text)
     answer = qa.answer_question("What is the staff door code?", Retriever(store, embedder),  # an empty store: nothing to search
@@ -282,9 +279,7 @@ def test_given_passages_are_read_instead_of_a_search(store, embedder, ollama_cha
 
 
 def test_a_bare_refusal_stands_and_the_model_is_asked_once(facts, ollama_chat, monkeypatch):
-    monkeypatch.setattr(ollama_chat, "models", ["llama3.2:3b"])
     monkeypatch.setattr(ollama_chat, "replies", [prompts.REFUSAL])
-    monkeypatch.setattr(ollama_chat, "chats", [])
     retriever, _ = facts
     answer = qa.answer_question("When did the railway reach the town?", retriever, llm=models.get_chat_model())
     assert len(ollama_chat.chats) == 1 and answer.refused and answer.text == prompts.REFUSAL
@@ -298,13 +293,11 @@ def test_a_calculation_is_worked_out_in_code_and_its_figures_are_checked(store, 
         "Chapter 2. The airline's history and fleet, with no figures about social media.",
     ])
     ingest.ingest_pdf(pdf, store, embedder)
-    monkeypatch.setattr(ollama_chat, "models", ["llama3.2:3b"])
     monkeypatch.setattr(ollama_chat, "replies", [
         "Germanwings tweets: 24 [1]\nLufthansa tweets: 12 [1]\nCalculation: 24 - 12 = 10",
         "Germanwings tweets: 24 [1]\nLufthansa tweets: 13 [1]\nCalculation: 24 - 13",
         "The documents do not say.\n\nCalculation: tweets gap = 24 - 5 = 19",
     ])
-    monkeypatch.setattr(ollama_chat, "chats", [])
     retriever, question = Retriever(store, embedder), "How many more tweets did Germanwings post than Lufthansa?"
     answer = qa.answer_question(question, retriever, llm=models.get_chat_model())
     assert prompts.ANSWER_SHAPES["calculate"] in ollama_chat.chats[0]["messages"][-1]["content"]
@@ -330,9 +323,7 @@ def test_a_financial_measure_is_read_off_the_statement_without_the_model(store, 
         BALANCE_SHEET,
     ])
     ingest.ingest_pdf(pdf, store, embedder)
-    monkeypatch.setattr(ollama_chat, "models", ["llama3.2:3b"])
     monkeypatch.setattr(ollama_chat, "replies", ["The current ratio is 1.5 [1]."])
-    monkeypatch.setattr(ollama_chat, "chats", [])
     answer = qa.answer_question("What is the current ratio for FY2021?", Retriever(store, embedder), llm=models.get_chat_model())
     assert answer.text.splitlines() == [
         "Total current assets, 2021: 26,291 [1]",
@@ -346,7 +337,6 @@ def test_a_financial_measure_is_read_off_the_statement_without_the_model(store, 
 
 def test_a_reply_that_repeats_itself_is_stopped(facts, ollama_chat, monkeypatch):
     """A small model can loop until its token budget ends; the loop is cut off, not waited for."""
-    monkeypatch.setattr(ollama_chat, "models", ["llama3.2:3b"])
     monkeypatch.setattr(ollama_chat, "replies", ["The railway reached the town in 1889 [1]. " + "[6,500] [10.500] [30,000] " * 200])
     retriever, _ = facts
     answer = qa.answer_question("When did the railway reach the town?", retriever, llm=models.get_chat_model())
