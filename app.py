@@ -71,7 +71,8 @@ import models
 import preview
 import prompts
 import qa
-from retriever import Hit, Retriever
+from records import Hit
+from retriever import Retriever
 from safe_text import md, md_stream, passage_md
 
 config.setup_logging()

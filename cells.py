@@ -26,7 +26,7 @@ from pages import row_cells, unit_above
 from text_utils import POSSESSIVE, YEAR_TOKEN, YEAR_WORDED, tokenize, without_s, years_in, years_named
 
 if TYPE_CHECKING:
-    from retriever import Hit
+    from records import Hit
 
 # Rule: words that ask for a value without naming one ("what was the amount reported at the end of ...").
 LOOKUP_WORDS = frozenset("amount amounts value values figure figures number reported report end ending ended year years "

@@ -63,7 +63,7 @@ from text_utils import (FIGURES_LINE, NAME_RUN, WRITTEN_WORD, YEAR_SPAN, YEAR_TO
                         numbers_in, sentence_spans, table_cells, tokenize, without_possessive, without_s, years_in)
 
 if TYPE_CHECKING:
-    from retriever import Hit
+    from records import Hit
 
 # -----------------------------------------------------------------------------
 # The rules, by name: the principle each "Rule:" line below states, and the unit test that shows it.

@@ -24,7 +24,7 @@ from dataclasses import replace
 
 import config
 from pages import Page
-from retriever import Hit
+from records import Hit
 from text_utils import is_table_row, tokenize
 
 GAP = " … "  # between two windows of one page: the model must not read them as one sentence

@@ -47,7 +47,7 @@ from pathlib import Path
 import config
 import qa
 from checker import CheckedSentence, Citation, backing_summary, marker
-from retriever import Hit
+from records import Hit
 from safe_text import md
 
 log = logging.getLogger(__name__)

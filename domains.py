@@ -30,8 +30,8 @@ import config
 if TYPE_CHECKING:
     import numpy as np
 
-    from pages import Line, Page
-    from retriever import Hit
+    from pages import Page
+    from records import Hit, Line
 
 _KNOWN = ("finance",)
 

@@ -80,7 +80,8 @@ import embedders
 import evidence
 import ingest
 from pages import page_text
-from retriever import PRODUCT, Hit, Retriever, Steps
+from records import Hit
+from retriever import PRODUCT, Retriever, Steps
 from text_utils import LEGAL_SUFFIX, NAME_RUN, YEAR, tokenize
 
 log = logging.getLogger(__name__)

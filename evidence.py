@@ -34,9 +34,10 @@ import numpy as np
 
 import config
 import domains
-from pages import Line, Page, page_text, unit_above
+from pages import Page, page_text, unit_above
 from question import ParsedQuestion, parse_question
-from retriever import Hit, Retriever, rrf
+from records import Hit, Line
+from retriever import Retriever, rrf
 from text_utils import keyword_tokens
 
 log = logging.getLogger(__name__)

@@ -57,8 +57,8 @@ from pages import row_label, unit_above
 from text_utils import FIGURE_CELL, FY, MONTHS, YEAR, YEAR_WORDED, is_period_cell, year_of_line, years_named
 
 if TYPE_CHECKING:
-    from pages import Line, Page
-    from retriever import Hit
+    from pages import Page
+    from records import Hit, Line
 
 # -----------------------------------------------------------------------------
 # Questions: the statements they name or need, the measures they ask for

@@ -38,7 +38,8 @@ import prompts
 from language import language_name, question_language
 from outline import Section, document_outline, page_range
 from pages import page_text
-from retriever import Hit, Retriever
+from records import Hit
+from retriever import Retriever
 from safe_text import fence_text
 
 log = logging.getLogger(__name__)

@@ -23,28 +23,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
 
+from records import Hit, Line
 from text_utils import FIGURE_CELL, is_period_cell, sentence_spans
-
-if TYPE_CHECKING:
-    from retriever import Hit
 
 _FILLER_CELL = re.compile(r"^[\s$]*$")
 _BULLET = re.compile(r"^\s*(?:[•●▪◦·\-–*]|\(?\d{1,2}[.)]|\(?[a-z][.)])\s+")
 _HEADING_MAX_CHARS = 60
 LONGEST_LINE = 400  # characters; a longer "sentence" (a run-on list) is cut at its line breaks
-
-
-@dataclass
-class Line:
-    """One readable line of a page: its span in the page text, and how it reads with its context."""
-
-    start: int
-    end: int
-    kind: str  # "sentence", "heading", "item", "row"
-    text: str  # as read: a row with its heading and column heads
-    label: str = ""  # a row's own label ("Net sales"), without heading or figures
 
 
 def _physical_lines(text: str) -> list[tuple[int, int]]:

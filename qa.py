@@ -59,7 +59,8 @@ import prompts
 from checker import CheckedSentence, Citation, strip_markers, verify_answer
 from language import QUESTION_LANGUAGES, language_name, question_language
 from question import ParsedQuestion, parse_question
-from retriever import Hit, Retriever
+from records import Hit
+from retriever import Retriever
 from text_utils import numbers_in, tokenize
 from safe_text import fence_text, terminal_text
 

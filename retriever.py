@@ -56,7 +56,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -67,6 +67,7 @@ import domains
 import embedders
 import ingest
 from pages import Page, page_text
+from records import Hit
 from question import ParsedQuestion, parse_question
 from routing import (
     DocumentProfile,
@@ -227,24 +228,6 @@ def ranked(keys: list[PageKey]) -> list[tuple[PageKey, float]]:
 
 
 # -----------------------------------------------------------------------------
-
-
-@dataclass
-class Hit:
-    """One retrieved passage: where it is, what it says, and why it was chosen."""
-
-    id: str
-    collection: str
-    doc_name: str
-    page: int
-    start: int
-    end: int
-    text: str
-    title: str = ""
-    keywords: str = ""
-    ocr_boxes: str = ""  # JSON line boxes when the page was OCR'd (for highlighting)
-    score: float = 0.0  # fused score (RRF or normalised scores)
-    trace: dict = field(default_factory=dict)  # semantic_rank/score, bm25_rank/score, page_ref_rank, hint_rank, fused, routed, seat
 
 
 def _top_indices(scores: np.ndarray, n: int) -> list[int]:

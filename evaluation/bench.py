@@ -722,7 +722,7 @@ def runtime_prompts(n: int = 2, source_chars: int = config.CHUNK_SIZE) -> list[l
     import pymupdf
 
     import qa
-    from retriever import Hit
+    from records import Hit
 
     questions = json.loads((Path(config.INPUT_DATA_DIR) / "eval_questions.json").read_text())[:n]
     prompts_ = []

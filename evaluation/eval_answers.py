@@ -74,7 +74,8 @@ import models
 import qa
 import rules
 from evaluation.bench import add_model_flags, as_choice, choice_of, model_choices
-from retriever import Hit, Retriever
+from records import Hit
+from retriever import Retriever
 
 BENCH = config.BASE_DIR.parent / "shared" / "bench" / "mmlongbench" / "questions.jsonl"
 LABELS = config.BASE_DIR / "evaluation" / "citation_judgments.jsonl"

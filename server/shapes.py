@@ -10,7 +10,7 @@ import conversations
 import ingest
 import qa
 from checker import Citation
-from retriever import Hit
+from records import Hit
 
 
 # -----------------------------------------------------------------------------

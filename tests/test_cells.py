@@ -11,7 +11,8 @@ import evidence
 import ingest
 import models
 import qa
-from retriever import Hit, Retriever
+from records import Hit
+from retriever import Retriever
 
 CURRENT = Hit("1", "c", "ACME_2019_10K.pdf", 5, 0, 9, "Balance Sheets · Total current assets · 2019: 16,525 · 2018: 15,134 · (In millions)",
               trace={"kind": "row", "label": "Total current assets"})

@@ -13,7 +13,7 @@ import extract
 import routing  # noqa: F401  (registers its rules: the registry's tests read them too)
 import rules
 from conftest import INCOME_TABLE
-from retriever import Hit
+from records import Hit
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -20,7 +20,8 @@ import ingest
 import qa
 from checker import CheckedSentence, Citation
 from conftest import shown
-from retriever import Hit, Retriever
+from records import Hit
+from retriever import Retriever
 from safe_text import md
 from test_api import error_of, sse_events, start_server, upload_and_wait
 

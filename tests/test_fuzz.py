@@ -37,7 +37,7 @@ import qa
 import safe_text
 from conftest import shown
 import text_utils
-from retriever import Hit
+from records import Hit
 
 pytestmark = pytest.mark.slow  # 10,000 inputs per group: about two minutes
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", 10_000))  # per test; lower it for a quick local run

@@ -17,7 +17,8 @@ import prompts
 import qa
 from conftest import INCOME_TABLE, write_text_pdf
 from qa import question_for_prompt
-from retriever import Hit, Retriever
+from records import Hit
+from retriever import Retriever
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -57,7 +57,7 @@ def test_sparse_bm25_scores_equal_rank_bm25():
 
 def test_page_text_places_chunks_at_their_offsets():
     from pages import page_text
-    from retriever import Hit
+    from records import Hit
 
     chunks = [Hit("a", "c", "d", 1, 0, 5, "A a. "), Hit("b", "c", "d", 1, 5, 9, "B b.")]
     assert page_text(chunks) == "A a. B b."
