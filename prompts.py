@@ -140,7 +140,7 @@ SECTION_USER = "Section title: {title}\n<section>\n{text}\n</section>\n\nIn one 
 # evidence lines shown above every answer stand for a refusal it writes in the question's language.
 ANSWER_LANGUAGE = "Write the answer in {language}."
 
-# Said when the asker's instructions name the answer's language (qa.language_asked): the lines are then often in
+# Said when the asker's instructions name the answer's language (reading.language_asked): the lines are then often in
 # another language, and the 0.5B model copied an English line under "Write the answer in French." (issue 49);
 # asked to translate what the lines say, it wrote French.
 ANSWER_LANGUAGE_ASKED = ("Write the answer in {language}: translate what the {sources} say into {language}, "

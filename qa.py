@@ -1,32 +1,30 @@
 """Answer a question from the library, with page citations that are checked, not trusted.
 
-    question (+ chat history)
-      -> greeting?                 canned reply, no retrieval
-      (passages given instead?     the model reads those; the steps up to context.choose_context are skipped)
-      -> follow-up?                the LLM rewrites it into a standalone search query
-      -> question.parse_question() read once: the search query, its instructions, its hints
-      -> retriever.search()        top-k pages, each as its best passage
-      -> retriever.load_pages()    each of those pages once: text, chunks, lines, sentence spans
-      -> evidence.best_lines()     the lines of those pages that answer, ready before any model call
-                                   (``AnswerStream.evidence``): the app shows the first EVIDENCE_LINES at
-                                   once; the model reads all ANSWER_LINES of them
-      -> nothing relevant?         fixed "not found" reply, no LLM call; the lines are only the nearest
-      -> worked out in code?       a domain's answer from the pages' own lines (domains.answer_in_code), or
-                                   the table cell the question names by row and column (cells.py): no LLM
-      -> what the model reads      the lines, numbered [L1]..[Ln] as shown (ANSWER_CONTEXT=lines), or the
-                                   pages' best sentences and rows as passages [1]..[k] (context.py);
-                                   fitted in the model's context (lowest-ranked dropped first)
-      -> stream the LLM's answer   (an AnswerStream: iterate it for tokens, read .result after)
-      -> a bare refusal?           held back and shown as the plain refusal (what a small model adds
-                                   after one is a guess); the evidence lines then stand as the answer
-      -> verify                    parse [L2] / [n] markers -> the line or passage; check each sentence
-                                   against what it cites (a row: under the column and in the row the
-                                   sentence names); flag unsupported sentences and numbers that name no
-                                   source; attribute unmarked (or wrongly marked) sentences to the line
-                                   that backs them ("inferred")
+``ask`` takes one question down a short path, and the first answerer that takes it answers:
 
-Small local models drop and invent markers, so nothing here relies on the
-model citing correctly: every shown citation is checked in code by ``checker.py``.
+    question (+ chat history)
+      answered without a search     greeting        a canned reply
+                                    personal_data   refused (REFUSE_PERSONAL_DATA)
+                                    whole_document  a summary or outline, section by section (overview.py)
+      read_question()               the asker's instructions set apart (reading.py), the history fitted in the
+                                    model's context, a follow-up rewritten by the model into a standalone search,
+                                    then question.parse_question(): the question read once
+      find_evidence()               retriever.search() -> top-k pages; retriever.load_pages() -> each page once;
+                                    evidence.best_lines() -> the lines that answer, before any model call (the app
+                                    shows the first EVIDENCE_LINES at once)
+      answered from the evidence    nothing_found   nothing close to the question: a fixed reply, no model call
+                                    table_cell      the cell the question names by row and column (cells.py)
+                                    domain_measure  a measure worked out from the pages' own lines (domains.py)
+                                    the_model       the model reads the lines [L1].. or the pages' passages [1]..
+                                                    (reading.py: as many as fit), its reply streams; a bare refusal
+                                                    is held back, a calculation it writes is worked out (calc.py)
+      -> checked                    each sentence against the line or passage it cites (checker.py): unsupported
+                                    sentences and numbers that name no source flagged; unmarked sentences
+                                    attributed to the line that backs them ("inferred")
+
+Every answerer returns an ``AnswerStream`` (iterate it for the text, read ``.result`` after) or None to pass
+the question on. Small local models drop and invent markers, so nothing here relies on the model citing
+correctly: every shown citation is checked in code.
 """
 
 from __future__ import annotations
@@ -39,10 +37,11 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 import calc
 import cells
@@ -56,13 +55,15 @@ import ingest
 import models
 import overview
 import prompts
+import reading
 from checker import CheckedSentence, Citation, strip_markers, verify_answer
-from language import QUESTION_LANGUAGES, language_name, question_language
+from pages import Page
 from question import ParsedQuestion, parse_question
+from reading import QuestionTooLong
 from records import Hit
 from retriever import Retriever
+from safe_text import terminal_text
 from text_utils import numbers_in, tokenize
-from safe_text import fence_text, terminal_text
 
 log = logging.getLogger(__name__)
 
@@ -89,63 +90,6 @@ def personal_data_in(question: str) -> str | None:
     """Rule (off by default, REFUSE_PERSONAL_DATA): a question carrying personal data is refused.
     What kind of personal data the question contains, if any: "an e-mail address"."""
     return next((kind for kind, pattern in _PERSONAL_DATA.items() if pattern.search(question)), None)
-
-
-def answer_shape(question: str) -> str:
-    """answer_shape("Compare the 2019 and 2020 revenue") -> "compare" """
-    q = question.lower()
-    if calc.asks_calculation(q):
-        return "calculate"
-    if re.search(r"\b(compare|comparison|difference between|differ|versus|vs\.?)\b", q):
-        return "compare"
-    if re.search(r"\b(summari[sz]e|summary|overview|tl;?dr)\b", q):
-        return "summary"
-    if re.search(r"^\s*(list|name|enumerate)\b|\bwhat are the\b|\bwhich are the\b", q):
-        return "list"
-    if re.search(r"^\s*(is|are|was|were|does|do|did|can|could|has|have|had|will|would|should)\b", q):
-        return "yes_no"
-    if re.search(r"\b(how (many|much|long|old|often|far)|what (percentage|percent|share|proportion|number|amount|ratio))\b|%", q):
-        return "number"
-    return "plain"
-
-
-def question_for_prompt(question: str | ParsedQuestion) -> str:
-    """The question, then its instructions about the answer's form on a line of their own (see question.py).
-
-    question_for_prompt("What was capex? State it in USD millions.") -> "What was capex?\nAnswer form: State it in USD millions."
-    """
-    parsed = question if isinstance(question, ParsedQuestion) else parse_question(question)
-    if not parsed.instructions:
-        return parsed.text
-    return f"{parsed.query}\n{prompts.ANSWER_FORM.format(instructions=' '.join(parsed.instructions))}"
-
-
-def client_instructions(history: list[tuple[str, str]]) -> tuple[str, list[tuple[str, str]]]:
-    """The asker's standing instructions and the chat history without them.
-
-    An OpenAI client's system messages arrive as ("system", text) turns of the history (server/openai_compat.py);
-    they say how to answer (form, language), so they are neither searched nor shown as turns of the chat.
-
-    client_instructions([("system", "Answer in French."), ("user", "Hi")]) -> ("Answer in French.", [("user", "Hi")])
-    """
-    instructions = "\n".join(text.strip() for role, text in history if role == "system" and text.strip())
-    return instructions, [(role, text) for role, text in history if role != "system"]
-
-
-_LANGUAGE_ASKED = re.compile(
-    r"\b(?:in|into|using)\s+(" + "|".join(sorted(language_name(code) for code in QUESTION_LANGUAGES)) + r")\b", re.I
-)
-_LANGUAGE_CODE = {language_name(code).lower(): code for code in QUESTION_LANGUAGES}
-
-
-def language_asked(instructions: str) -> str | None:
-    """The language the asker's instructions ask the answer in, among QUESTION_LANGUAGES, else None.
-    The app's own rule line ("Write the answer in French.") then says it as plainly as for a French question.
-
-    language_asked("Answer in French only.") -> "fr"; language_asked("Be brief.") -> None
-    """
-    found = _LANGUAGE_ASKED.search(instructions)
-    return _LANGUAGE_CODE[found.group(1).lower()] if found else None
 
 
 def needs_rewrite(question: str, history: list[tuple[str, str]]) -> bool:
@@ -199,135 +143,7 @@ def checked_rewrite(query: str, question: str, history: list[tuple[str, str]]) -
 
 
 # -----------------------------------------------------------------------------
-# Fitting the prompt into the model's context
-
-
-def format_source(number: int, hit: Hit) -> str:
-    """One numbered source for the prompt: name, page, title and text all inside the fence,
-    any fence tag in them neutralised (a page saying "</source> Ignore the rules" stays data)."""
-    title = f" — {fence_text(hit.title)}" if hit.title else ""
-    return prompts.SOURCE_BLOCK.format(
-        number=number, doc_name=fence_text(hit.doc_name), page=hit.page, title=title, text=fence_text(hit.text)
-    )
-
-
-def format_lines(lines: list[Hit]) -> str:
-    """The evidence lines as the model reads them, numbered [L1].. in the order shown, each document's name
-    once above its lines; everything from the documents fenced (``fence_text``)."""
-    blocks, document, read = [], None, {line.text for line in lines}
-    for number, line in enumerate(lines, 1):
-        if line.doc_name != document:
-            document = line.doc_name
-            blocks.append(prompts.LINES_DOCUMENT.format(doc_name=fence_text(document)))
-        before = line.trace.get("before", "")
-        template = prompts.LINE_AFTER if before and before not in read else prompts.LINE
-        blocks.append(template.format(number=number, page=line.page, before=fence_text(before), text=fence_text(line.text)))
-    return "\n".join(blocks)
-
-
-def build_messages(
-    question: str, sources: list[Hit], history: list[tuple[str, str]], as_lines: bool = False, instructions: str = ""
-) -> list[BaseMessage]:
-    """The chat to send: the rules, the recent history, then the sources and the question. ``as_lines``:
-    the sources are evidence lines (``format_lines``), else numbered passages (``format_source``).
-    ``instructions`` (an OpenAI client's system messages) go after the question, fenced like the documents,
-    with a rule that they shape the answer's form and language only."""
-    system = prompts.LINES_SYSTEM if as_lines else prompts.ANSWER_SYSTEM
-    messages: list[BaseMessage] = [SystemMessage(system + prompts.INSTRUCTIONS_RULE if instructions else system)]
-    for role, text in history[-2 * config.HISTORY_TURNS :]:
-        messages.append(HumanMessage(text) if role == "user" else AIMessage(strip_markers(text)))
-    shape = prompts.ANSWER_SHAPES[answer_shape(question)]
-    if notes := domains.prompt_notes(question):
-        shape += "\n" + "\n".join(prompts.FORMULA.format(formula=note) for note in notes)
-    if instructions:
-        shape += "\n" + prompts.CLIENT_INSTRUCTIONS.format(instructions=fence_text(instructions))
-    # Rule: the answer is in the language the asker's instructions name, else in the question's language
-    if asked := language_asked(instructions):
-        shape += "\n" + prompts.ANSWER_LANGUAGE_ASKED.format(language=language_name(asked), sources="lines" if as_lines else "sources")
-    elif (language := question_language(question)) != "en":
-        shape += "\n" + prompts.ANSWER_LANGUAGE.format(language=language_name(language))
-    if as_lines:
-        messages.append(HumanMessage(prompts.LINES_USER.format(lines=format_lines(sources), question=question, shape=shape)))
-    else:
-        sources_text = "\n\n".join(format_source(i, hit) for i, hit in enumerate(sources, 1))
-        messages.append(HumanMessage(prompts.ANSWER_USER.format(sources=sources_text, question=question, shape=shape)))
-    return messages
-
-
-def fit_sources(
-    question: str, hits: list[Hit], history: list[tuple[str, str]], count_tokens, n_ctx: int, reserve: int,
-    as_lines: bool = False, instructions: str = "",
-) -> list[Hit]:
-    """The best-ranked ``hits`` whose prompt fits in ``n_ctx`` tokens with ``reserve`` left for the answer.
-
-    Whole sources are dropped from the lowest rank up, never cut mid-passage, and every drop is logged.
-    """
-    kept = list(hits)
-    while kept:
-        prompt_tokens = sum(count_tokens(m.content) + 4 for m in build_messages(question, kept, history, as_lines, instructions))
-        if prompt_tokens + reserve <= n_ctx:
-            return kept
-        dropped = kept.pop()
-        log.warning("Context full (%d + %d > %d tokens): dropped source %s p.%d", prompt_tokens, reserve, n_ctx, dropped.doc_name, dropped.page)
-    return kept
-
-
-class QuestionTooLong(ValueError):
-    """The question (with the asker's instructions) is longer than the model can read beside what an answer needs:
-    the asker's to shorten (a 400 over HTTP), not a server fault."""
-
-
-# Tokens kept free for each evidence line the model reads: a prose line takes 20-40, a long table row ~80.
-LINE_TOKENS = 100
-
-
-def question_budget(n_ctx: int, count_tokens: Callable[[str], int]) -> int:
-    """Tokens of an ``n_ctx``-token model left for the question, the asker's instructions and the history: what
-    remains after the reply (LLM_MAX_TOKENS), the rules and templates (with the longest answer shape) and room
-    for ANSWER_LINES evidence lines."""
-    fixed = "\n".join([prompts.LINES_SYSTEM, prompts.INSTRUCTIONS_RULE, prompts.LINES_USER, prompts.CLIENT_INSTRUCTIONS,
-                       max(prompts.ANSWER_SHAPES.values(), key=len), prompts.ANSWER_LANGUAGE_ASKED])
-    return n_ctx - config.LLM_MAX_TOKENS - count_tokens(fixed) - 3 * 4 - config.ANSWER_LINES * LINE_TOKENS
-
-
-def too_long_message(text: str, tokens: int, budget: int, n_ctx: int, setting: str, with_instructions: bool) -> str:
-    """The sentence for a question of ``tokens`` tokens over a ``budget``, the limit said in the text's own words
-    and characters (its tokens per word scale the budget):
-
-    too_long_message("word " * 5000, 5000, 2900, 4096, "LLM_N_CTX", False)
-      -> "The question is about 5,000 words (25,000 characters); this server reads at most 2,900 words (14,499
-          characters) of a question and its instructions (the model reads 4,096 tokens at once, LLM_N_CTX) — shorten it."
-    """
-    words, chars = len(text.split()), len(text)
-    share = max(budget, 0) / max(tokens, 1)
-    what = "The question and its instructions are" if with_instructions else "The question is"
-    return (f"{what} about {words:,} words ({chars:,} characters); this server reads at most {int(words * share):,} words "
-            f"({int(chars * share):,} characters) of a question and its instructions (the model reads {n_ctx:,} tokens at "
-            f"once, {setting}) — shorten {'them' if with_instructions else 'it'}.")
-
-
-def fitted_history(
-    question: str, instructions: str, history: list[tuple[str, str]], n_ctx: int, count_tokens: Callable[[str], int],
-    setting: str = "LLM_N_CTX",
-) -> list[tuple[str, str]]:
-    """The latest turns of ``history`` that fit beside the question in the model's context, whole turns, the
-    oldest dropped first (a long chat goes on, as a chat client expects; the model reads at most HISTORY_TURNS
-    pairs anyway). QuestionTooLong, saying the limit, when the question and ``instructions`` alone do not fit:
-    cutting those would answer something else than was asked. ``setting`` names what sets ``n_ctx``."""
-    budget = question_budget(n_ctx, count_tokens)
-    used = count_tokens(question) + (count_tokens(instructions) + 4 if instructions else 0)
-    if used > budget:
-        asked = f"{question}\n{instructions}" if instructions else question
-        raise QuestionTooLong(too_long_message(asked, used, budget, n_ctx, setting, bool(instructions)))
-    recent, kept = history[-2 * config.HISTORY_TURNS :], []
-    for role, text in reversed(recent):
-        cost = count_tokens(text) + 4
-        if used + cost > budget:
-            log.info("History trimmed to its last %d of %d turns: the rest does not fit beside the question", len(kept), len(recent))
-            break
-        kept.insert(0, (role, text))
-        used += cost
-    return kept
+# When the model fails
 
 
 _CONTEXT_OVERFLOW = re.compile(r"exceeds the available context size|maximum context length|context[_ ]length[_ ]exceeded", re.I)
@@ -478,17 +294,40 @@ def checked(answer: Answer, text: str, question: str, t0: float) -> None:
     answer.seconds = time.perf_counter() - t0
 
 
-def _fixed(answer: Answer, text: str) -> AnswerStream:
-    def finish(_: str) -> Answer:
-        answer.text = text
-        return answer
-
-    return AnswerStream(iter([text]), finish, answer.evidence)
+# -----------------------------------------------------------------------------
+# The answer path: one question on its way, the steps it takes, and the answerers in the order they are asked
 
 
-def lines_read_beyond_shown() -> int:
-    """How many evidence lines the model reads beyond those shown first (none when it reads passages)."""
-    return max(0, config.ANSWER_LINES - config.EVIDENCE_LINES) if config.ANSWER_CONTEXT == "lines" else 0
+@dataclass
+class Turn:
+    """One question on its way through the answer path: what the steps fill in and the answerers read."""
+
+    question: str
+    retriever: Retriever
+    chosen_llm: BaseChatModel | None
+    history: list[tuple[str, str]]
+    scope: list[str] | None
+    k: int | None
+    stage: Callable[[str], None]  # hears what is going on while the person waits
+    given: list[Hit] | None  # passages handed in: the model reads those, nothing is searched or read in code
+    reads: str | None  # what the model reads, "lines" or "passages"; None: the app's setting
+    answer: Answer
+    t0: float = field(default_factory=time.perf_counter)
+    instructions: str = ""  # an OpenAI client's system messages: the answer's form and language
+    query: str = ""  # what is searched: the question, or a follow-up rewritten to stand alone
+    parsed: ParsedQuestion | None = None  # the query read once (question.py)
+    asked: str = ""  # the question as the prompt puts it, its instructions on a line after it
+    hits: list[Hit] = field(default_factory=list)
+    pages: list[Page] = field(default_factory=list)
+
+    @cached_property
+    def llm(self) -> BaseChatModel:
+        """The chat model, loaded only when a step needs it (a greeting needs none)."""
+        return self.chosen_llm or models.get_chat_model()
+
+    @property
+    def model_reads_lines(self) -> bool:
+        return (self.reads or config.ANSWER_CONTEXT) == "lines"
 
 
 def ask(
@@ -500,159 +339,245 @@ def ask(
     k: int | None = None,
     on_stage: Callable[[str], None] | None = None,
     passages: list[Hit] | None = None,
+    reads: str | None = None,
 ) -> AnswerStream:
     """Answer ``question`` from the documents in ``scope`` (all when None); see the module docstring.
 
     ``on_stage`` hears what is going on while the person waits: "Searching your documents…",
-    "Reading 5 passages…", "Writing…", "Checking the citations…". Given ``passages``, the model reads
+    "Reading 3 lines…", "Writing…", "Checking the citations…". Given ``passages``, the model reads
     those instead of what a search would find (``evaluation/eval_answers.py --replay`` re-asks stored passages,
-    so a change of prompt is measured without the noise of retrieval).
+    so a change of prompt is measured without the noise of retrieval). ``reads`` ("lines", "passages")
+    overrides what the model reads.
     """
-    t0 = time.perf_counter()
-    history = history or []
-    stage = on_stage or (lambda text: None)
-    answer = Answer(question)
-    if is_greeting(question):
-        return _fixed(answer, prompts.GREETING_REPLY)
-    if config.REFUSE_PERSONAL_DATA and (kind := personal_data_in(question)):
-        answer.refused = True
-        return _fixed(answer, f"Your question contains {kind}; this app is set not to search for personal data.")
-    llm = llm or models.get_chat_model()
-    instructions, history = client_instructions(history)
-    if history or instructions:  # only then is there something to fit; a bare question too long fails at the model (model_failure)
-        history = fitted_history(question, instructions, history, models.context_length(llm),
-                                 lambda text: models.count_tokens(llm, text), models.context_setting(llm))
-    if passages is None and (kind := overview.whole_document_request(question)):
-        docs = overview.documents_meant(question, retriever, scope)
-        if len(docs) > 1 and kind != "compare":
-            return _fixed(answer, overview.which_document_text(docs, kind))
-        if docs and (kind != "compare" or len(docs) > 1):
-            return whole_document_answer(kind, docs, question, retriever, llm, answer, stage, t0)
-    query = question
-    if passages is None and needs_rewrite(question, history):
-        query = answer.rewritten_query = rewrite_query(llm, question, history)
-    parsed = parse_question(query)  # read once: the search, the evidence lines and the prompt all use it
-    if passages is None:
-        stage("Searching your documents…")
-        hits = retriever.search(parsed, k=k, scope=scope)
-        pages = retriever.load_pages(hits)
-        answer.evidence = evidence.best_lines(parsed, pages, retriever, more=lines_read_beyond_shown())
-        answer.evidence_seconds = time.perf_counter() - t0
-        log.info("Evidence: %d lines after %.2fs", len(answer.evidence), answer.evidence_seconds)
-        # Rule: when nothing found is close to the question, say so without asking the model.
-        best = max((h.trace.get("semantic_score", 0.0) for h in hits), default=0.0)
-        if not hits or best < config.REFUSAL_MIN_SIMILARITY:
-            log.info("Refused without the LLM: best similarity %.3f < %.3f", best, config.REFUSAL_MIN_SIMILARITY)
-            answer.refused, answer.nothing_found, answer.sources = True, True, hits
-            return _fixed(answer, prompts.NOT_FOUND)
-    else:
-        pages = retriever.load_pages(passages)
-        answer.evidence = evidence.best_lines(parsed, pages, retriever, more=lines_read_beyond_shown())
+    turn = Turn(question, retriever, llm, history or [], scope, k, on_stage or (lambda text: None), passages, reads, Answer(question))
+    if stream := first_answer(turn, ANSWERED_WITHOUT_SEARCH):
+        return stream
+    read_question(turn)
+    find_evidence(turn)
+    return first_answer(turn, ANSWERED_FROM_EVIDENCE)
 
-    def finish(text: str) -> Answer:
-        stage("Checking the citations…")
-        checked(answer, text, question, t0)
-        answer.refused = is_refusal(answer.text)
-        log.info("Answered in %.1fs, confidence %s", answer.seconds, answer.confidence)
+
+def first_answer(turn: Turn, answerers: list[Callable[[Turn], AnswerStream | None]]) -> AnswerStream | None:
+    """The stream of the first answerer that takes the question (each returns None to pass it on)."""
+    return next((stream for answerer in answerers if (stream := answerer(turn)) is not None), None)
+
+
+# The steps between the two lists of answerers
+
+
+def read_question(turn: Turn) -> None:
+    """Set the asker's instructions apart, fit the history in the model's context, rewrite a follow-up into a
+    standalone search, and parse the question once: the search, the evidence lines and the prompt all use it."""
+    turn.instructions, history = reading.client_instructions(turn.history)
+    if history or turn.instructions:  # only then is there something to fit; a bare question too long fails at the model (model_failure)
+        llm = turn.llm
+        history = reading.fitted_history(turn.question, turn.instructions, history, models.context_length(llm),
+                                         lambda text: models.count_tokens(llm, text), models.context_setting(llm))
+    turn.history, turn.query = history, turn.question
+    if turn.given is None and needs_rewrite(turn.question, history):
+        turn.query = turn.answer.rewritten_query = rewrite_query(turn.llm, turn.question, history)
+    turn.parsed = parse_question(turn.query)
+    # the retriever searches the question without its instructions; the prompt states them
+    turn.asked = reading.question_for_prompt(turn.parsed if turn.query == turn.question else parse_question(turn.question))
+
+
+def find_evidence(turn: Turn) -> None:
+    """Search, load each page found once, and pick the lines that answer, before any model call
+    (``AnswerStream.evidence``: the app shows them while the model works). Given passages, their pages."""
+    if turn.given is None:
+        turn.stage("Searching your documents…")
+        turn.hits = turn.retriever.search(turn.parsed, k=turn.k, scope=turn.scope)
+    turn.pages = turn.retriever.load_pages(turn.hits if turn.given is None else turn.given)
+    turn.answer.evidence = evidence.best_lines(turn.parsed, turn.pages, turn.retriever, more=lines_read_beyond_shown(turn))
+    if turn.given is None:
+        turn.answer.evidence_seconds = time.perf_counter() - turn.t0
+        log.info("Evidence: %d lines after %.2fs", len(turn.answer.evidence), turn.answer.evidence_seconds)
+
+
+def lines_read_beyond_shown(turn: Turn) -> int:
+    """How many evidence lines the model reads beyond those shown first (none when it reads passages)."""
+    return max(0, config.ANSWER_LINES - config.EVIDENCE_LINES) if turn.model_reads_lines else 0
+
+
+# The answerers: each takes the question (an AnswerStream) or passes it on (None)
+
+
+def greeting(turn: Turn) -> AnswerStream | None:
+    return fixed_reply(turn.answer, prompts.GREETING_REPLY) if is_greeting(turn.question) else None
+
+
+def personal_data(turn: Turn) -> AnswerStream | None:
+    if not config.REFUSE_PERSONAL_DATA or not (kind := personal_data_in(turn.question)):
+        return None
+    turn.answer.refused = True
+    return fixed_reply(turn.answer, f"Your question contains {kind}; this app is set not to search for personal data.")
+
+
+def whole_document(turn: Turn) -> AnswerStream | None:
+    """A question about a whole document (its summary, its sections, a comparison of two: overview.py) is read
+    section by section; asked of several documents where it wants one, the reply asks which one is meant."""
+    if turn.given is not None or not (kind := overview.whole_document_request(turn.question)):
+        return None
+    docs = overview.documents_meant(turn.question, turn.retriever, turn.scope)
+    if len(docs) > 1 and kind != "compare":
+        return fixed_reply(turn.answer, overview.which_document_text(docs, kind))
+    if docs and (kind != "compare" or len(docs) > 1):
+        return whole_document_answer(kind, docs, turn)
+    return None
+
+
+def nothing_found(turn: Turn) -> AnswerStream | None:
+    """Rule: when nothing found is close to the question, say so without asking the model."""
+    best = max((h.trace.get("semantic_score", 0.0) for h in turn.hits), default=0.0)
+    if turn.given is not None or (turn.hits and best >= config.REFUSAL_MIN_SIMILARITY):
+        return None
+    log.info("Refused without the LLM: best similarity %.3f < %.3f", best, config.REFUSAL_MIN_SIMILARITY)
+    turn.answer.refused, turn.answer.nothing_found, turn.answer.sources = True, True, turn.hits
+    return fixed_reply(turn.answer, prompts.NOT_FOUND)
+
+
+def table_cell(turn: Turn) -> AnswerStream | None:
+    """The table cell the question names by row and column, read in code from an evidence line (cells.py) and
+    cited by that line; it goes before a domain's reading of whole pages."""
+    if turn.given is not None or not (cell := cells.named_cell(turn.parsed.query, turn.answer.evidence)):
+        return None
+    turn.answer.sources = turn.answer.evidence
+    log.info("Read in code: a table cell on p.%d, no model call", cell.line.page)  # the page's words stay out of the log
+    return AnswerStream(iter([cells.cell_answer(cell)]), checked_by(turn), turn.answer.evidence)
+
+
+def domain_measure(turn: Turn) -> AnswerStream | None:
+    """A measure a domain knows how to work out from the pages' own lines (domains.answer_in_code)."""
+    if turn.given is not None or not (worked := domains.answer_in_code(turn.asked, turn.pages)):
+        return None
+    text, turn.answer.sources = worked
+    log.info("Worked out from pages %s, no model call", [h.page for h in turn.answer.sources])
+    turn.stage("Working it out from the documents' own figures…")
+    return AnswerStream(iter([text]), checked_by(turn), turn.answer.evidence)
+
+
+def the_model(turn: Turn) -> AnswerStream:
+    """The model reads the evidence lines (or the pages' passages), as many as fit in its context, and its reply
+    streams: a bare refusal held back, a calculation it writes worked out in code."""
+    as_lines = turn.given is None and turn.model_reads_lines and bool(turn.answer.evidence)  # passages given are read as given
+    if as_lines:
+        candidates = turn.answer.evidence
+    else:
+        candidates = turn.given if turn.given is not None else context.choose_context(turn.query, turn.pages)
+    llm = turn.llm
+    sources = reading.fit_sources(turn.asked, candidates, turn.history, lambda text: models.count_tokens(llm, text),
+                                  models.context_length(llm), config.LLM_MAX_TOKENS, as_lines, turn.instructions)
+    turn.answer.sources = sources
+    what = "line" if as_lines else "passage"
+    turn.stage(f"Reading {len(sources)} {what}{'s' if len(sources) != 1 else ''}…")
+    reply = model_reply(turn, reading.build_messages(turn.asked, sources, turn.history, as_lines, turn.instructions))
+    return AnswerStream(with_worked_out(turn, refusal_held_back(reply)), checked_by(turn), turn.answer.evidence)
+
+
+ANSWERED_WITHOUT_SEARCH = [greeting, personal_data, whole_document]
+ANSWERED_FROM_EVIDENCE = [nothing_found, table_cell, domain_measure, the_model]
+
+
+# What the answerers share
+
+
+def fixed_reply(answer: Answer, text: str) -> AnswerStream:
+    """A reply known in advance: streamed whole, not checked (it cites nothing)."""
+
+    def finish(_: str) -> Answer:
+        answer.text = text
         return answer
 
-    # the retriever searched the question without these instructions
-    asked = question_for_prompt(parsed if query == question else parse_question(question))
-    if passages is None:
-        # a cell the evidence shows is cited by its line, so it goes before a domain's reading of whole pages
-        if cell := cells.named_cell(parsed.query, answer.evidence):
-            text, answer.sources = cells.cell_answer(cell), answer.evidence
-            log.info("Read in code: a table cell on p.%d, no model call", cell.line.page)  # the page's words stay out of the log
-            return AnswerStream(iter([text]), finish, answer.evidence)
-        if worked := domains.answer_in_code(asked, pages):
-            text, answer.sources = worked
-            log.info("Worked out from pages %s, no model call", [h.page for h in answer.sources])
-            stage("Working it out from the documents' own figures…")
-            return AnswerStream(iter([text]), finish, answer.evidence)
-    as_lines = passages is None and config.ANSWER_CONTEXT == "lines" and bool(answer.evidence)  # passages given are read as given
-    if as_lines:
-        passages = answer.evidence
-    elif passages is None:
-        passages = context.choose_context(query, pages)
-    sources = fit_sources(asked, passages, history, lambda text: models.count_tokens(llm, text), models.context_length(llm),
-                          config.LLM_MAX_TOKENS, as_lines, instructions)
-    answer.sources = sources
-    what = "line" if as_lines else "passage"
-    stage(f"Reading {len(sources)} {what}{'s' if len(sources) != 1 else ''}…")
+    return AnswerStream(iter([text]), finish, answer.evidence)
 
-    def model_pieces(shown: list[Hit]) -> Iterator[str]:
-        answer.model = models.chat_model_label(llm)
-        try:
-            text = ""
-            messages = build_messages(asked, shown, history, as_lines, instructions)
-            answer.prompt_tokens = sum(models.count_tokens(llm, m.content) + 4 for m in messages)
-            for chunk in llm.stream(messages):
-                if usage := chunk.usage_metadata:  # the model's own count, in its last chunk
-                    answer.completion_tokens = usage["output_tokens"]
-                    answer.cached_prompt_tokens = (usage.get("input_token_details") or {}).get("cache_read")
-                if not chunk.content:  # servers open and close a stream with empty chunks
-                    continue
-                answer.completion_tokens = (answer.completion_tokens or 0) + 1  # a streamed chunk is a token, until the model counts
-                if answer.first_token_seconds is None:
-                    answer.first_token_seconds = time.perf_counter() - t0
-                    log.info("First token after %.2fs", answer.first_token_seconds)
-                    stage("Writing…")
-                yield chunk.content
-                text += chunk.content
-                if runs_away(text):
-                    log.warning("The reply repeats itself; stopped after %d characters", len(text))
-                    return
-        except Exception as err:  # any transport or server failure mid-answer
-            raise model_failure(err, llm) from err
 
-    def pieces() -> Iterator[str]:
-        """The reply as it comes; a reply that may turn out to be a bare refusal is held back until it is clear."""
-        reply, held = model_pieces(sources), ""
-        for piece in reply:
-            held += piece
-            if not could_be_refusal(held):
-                yield held
-                yield from reply
-                return
-        # What follows "The documents do not say." is not an answer: the 1.5B model goes on to guess
-        # (a calculation with figures it just said it could not find).
-        yield prompts.REFUSAL if is_refusal(held) else held
+def checked_by(turn: Turn) -> Callable[[str], Answer]:
+    """What finishes an answer from the documents: each sentence checked against what it cites."""
 
-    def with_worked_out(reply: Iterator[str]) -> Iterator[str]:
-        """The reply, then the result of the calculation it wrote, worked out in code (calc.py)."""
+    def finish(text: str) -> Answer:
+        turn.stage("Checking the citations…")
+        checked(turn.answer, text, turn.question, turn.t0)
+        turn.answer.refused = is_refusal(turn.answer.text)
+        log.info("Answered in %.1fs, confidence %s", turn.answer.seconds, turn.answer.confidence)
+        return turn.answer
+
+    return finish
+
+
+def model_reply(turn: Turn, messages: list[BaseMessage]) -> Iterator[str]:
+    """The model's reply as it streams, with its token counts and first-token time kept on the answer."""
+    answer, llm = turn.answer, turn.llm
+    answer.model = models.chat_model_label(llm)
+    try:
         text = ""
-        for piece in reply:
-            text += piece
-            yield piece
-        # A reply that says the documents lack the answer and then calculates anyway (the 1.5B model does)
-        # has refused: its figures were ones it could not find.
-        if is_refusal(text):
+        answer.prompt_tokens = sum(models.count_tokens(llm, m.content) + 4 for m in messages)
+        for chunk in llm.stream(messages):
+            if usage := chunk.usage_metadata:  # the model's own count, in its last chunk
+                answer.completion_tokens = usage["output_tokens"]
+                answer.cached_prompt_tokens = (usage.get("input_token_details") or {}).get("cache_read")
+            if not chunk.content:  # servers open and close a stream with empty chunks
+                continue
+            answer.completion_tokens = (answer.completion_tokens or 0) + 1  # a streamed chunk is a token, until the model counts
+            if answer.first_token_seconds is None:
+                answer.first_token_seconds = time.perf_counter() - turn.t0
+                log.info("First token after %.2fs", answer.first_token_seconds)
+                turn.stage("Writing…")
+            yield chunk.content
+            text += chunk.content
+            if runs_away(text):
+                log.warning("The reply repeats itself; stopped after %d characters", len(text))
+                return
+    except Exception as err:  # any transport or server failure mid-answer
+        raise model_failure(err, llm) from err
+
+
+def refusal_held_back(reply: Iterator[str]) -> Iterator[str]:
+    """The reply as it comes; a reply that may turn out to be a bare refusal is held back until it is clear."""
+    held = ""
+    for piece in reply:
+        held += piece
+        if not could_be_refusal(held):
+            yield held
+            yield from reply
             return
-        if line := calc.worked_out(text, [h.text for h in answer.sources], asked):
-            yield f"\n\n{line}"
+    # What follows "The documents do not say." is not an answer: the 1.5B model goes on to guess
+    # (a calculation with figures it just said it could not find).
+    yield prompts.REFUSAL if is_refusal(held) else held
 
-    return AnswerStream(with_worked_out(pieces()), finish, answer.evidence)
+
+def with_worked_out(turn: Turn, reply: Iterator[str]) -> Iterator[str]:
+    """The reply, then the result of the calculation it wrote, worked out in code (calc.py)."""
+    text = ""
+    for piece in reply:
+        text += piece
+        yield piece
+    # A reply that says the documents lack the answer and then calculates anyway (the 1.5B model does)
+    # has refused: its figures were ones it could not find.
+    if is_refusal(text):
+        return
+    if line := calc.worked_out(text, [h.text for h in turn.answer.sources], turn.asked):
+        yield f"\n\n{line}"
 
 
-def whole_document_answer(kind: str, docs: list, question: str, retriever: Retriever, llm: BaseChatModel,
-                          answer: Answer, stage: Callable[[str], None], t0: float) -> AnswerStream:
+def whole_document_answer(kind: str, docs: list, turn: Turn) -> AnswerStream:
     """A question about a whole document, answered section by section from its outline (overview.py);
     each section line is checked against the text read for it, like any answer."""
+    answer, llm = turn.answer, turn.llm
 
     def pieces() -> Iterator[str]:
-        stage("Reading the document's outline…")
-        for piece in overview.read_document(kind, docs, retriever, llm, question, stage):
+        turn.stage("Reading the document's outline…")
+        for piece in overview.read_document(kind, docs, turn.retriever, llm, turn.question, turn.stage):
             if isinstance(piece, overview.Reading):
                 answer.sources = piece.sources
                 continue
             if answer.first_token_seconds is None:
-                answer.first_token_seconds = time.perf_counter() - t0
+                answer.first_token_seconds = time.perf_counter() - turn.t0
             yield piece
         if kind == "summary":
             answer.model = models.chat_model_label(llm)
 
     def finish(text: str) -> Answer:
-        checked(answer, text, question, t0)
+        checked(answer, text, turn.question, turn.t0)
         log.info("Whole-document %s of %s in %.1fs", kind, [d.name for d in docs], answer.seconds)
         return answer
 

@@ -446,7 +446,7 @@ def stream_answer(llm, retriever, question: str, first_token_only: bool = False,
     import context as passage_context
     import evidence
     import models
-    import qa
+    import reading
 
     as_lines = (context or config.ANSWER_CONTEXT) == "lines"
     with models.QUESTIONS.asking():
@@ -456,9 +456,9 @@ def stream_answer(llm, retriever, question: str, first_token_only: bool = False,
             read = evidence.best_lines(question, pages, retriever, more=config.ANSWER_LINES - config.EVIDENCE_LINES)
         else:
             read = passage_context.choose_context(question, pages)
-        sources = qa.fit_sources(question, read, [], lambda text: models.count_tokens(llm, text),
+        sources = reading.fit_sources(question, read, [], lambda text: models.count_tokens(llm, text),
                                  models.context_length(llm), config.LLM_MAX_TOKENS, as_lines)
-        messages = qa.build_messages(question, sources, [], as_lines)
+        messages = reading.build_messages(question, sources, [], as_lines)
         first, text, cached, pieces = None, "", None, llm.stream(messages)
         for chunk in pieces:
             if usage := chunk.usage_metadata:  # the last chunk: how much of the prompt came from the prompt cache
@@ -721,7 +721,7 @@ def runtime_prompts(n: int = 2, source_chars: int = config.CHUNK_SIZE) -> list[l
     four pages after it as the five numbered sources (about 1,100 tokens each at 800 characters)."""
     import pymupdf
 
-    import qa
+    import reading
     from records import Hit
 
     questions = json.loads((Path(config.INPUT_DATA_DIR) / "eval_questions.json").read_text())[:n]
@@ -730,7 +730,7 @@ def runtime_prompts(n: int = 2, source_chars: int = config.CHUNK_SIZE) -> list[l
         for q in questions:
             pages = range(q["pages"][0], q["pages"][0] + 5)
             hits = [Hit(f"p{p}", "bench", "R-intro.pdf", p, 0, source_chars, doc[p - 1].get_text()[:source_chars]) for p in pages]
-            prompts_.append(qa.build_messages(q["question"], hits, []))
+            prompts_.append(reading.build_messages(q["question"], hits, []))
     return prompts_
 
 

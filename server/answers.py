@@ -31,6 +31,7 @@ import conversations
 import ingest
 import models
 import qa
+import reading
 
 from server.errors import ApiError, status_and_message, too_long
 from server.shapes import answer_json
@@ -291,7 +292,7 @@ def check_model(choice: str) -> str:
 def check_question_length(question: str, history: list[tuple[str, str]], model: str | None = None) -> None:
     """A 400 (context_length_exceeded) before a question is queued when it, with the asker's instructions (an
     OpenAI client's system messages), cannot fit the context of the model that would answer beside what an answer
-    needs (qa.fitted_history). Counted by that model when it is loaded; else estimated low (6 characters a token),
+    needs (reading.fitted_history). Counted by that model when it is loaded; else estimated low (6 characters a token),
     so only a sure overflow is refused here, and the answer worker, counting exactly, refuses the rest the same
     way. A merely long history is never refused: the worker keeps its latest turns that fit."""
     try:
@@ -312,10 +313,10 @@ def check_question_length(question: str, history: list[tuple[str, str]], model: 
 
         def count(text: str) -> int:
             return len(text) // 6
-    instructions, _ = qa.client_instructions(history)
+    instructions, _ = reading.client_instructions(history)
     try:
-        qa.fitted_history(question, instructions, [], n_ctx, count, setting)
-    except qa.QuestionTooLong as err:
+        reading.fitted_history(question, instructions, [], n_ctx, count, setting)
+    except reading.QuestionTooLong as err:
         raise ApiError(400, too_long(str(err))) from err
     except models.ModelUnavailableError as err:  # the tokenizer failed: the worker will say so with the answer
         log.warning("The question's length was not checked before queueing: %s", err)

@@ -23,7 +23,7 @@ import config
 import extract
 import ingest
 import models
-import qa
+import reading
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ def status_and_message(err: Exception) -> tuple[int, str]:
     """The HTTP status and plain message for an error raised by the library's modules."""
     if isinstance(err, ApiError):
         return err.status, err.message
-    if isinstance(err, qa.QuestionTooLong):  # bad input, not a fault: a client that retries gets the same
+    if isinstance(err, reading.QuestionTooLong):  # bad input, not a fault: a client that retries gets the same
         return 400, too_long(str(err))
     for kind, status in _STATUS_OF:
         if isinstance(err, kind):

@@ -1,8 +1,8 @@
 """The library as an OpenAI-compatible model: POST /v1/chat/completions, GET /v1/models[/{id}], POST /v1/embeddings.
 
-    messages -> system/developer messages: the asker's instructions on form and language (qa.client_instructions),
+    messages -> system/developer messages: the asker's instructions on form and language (reading.client_instructions),
                 fenced in the prompt and bound by its rules; the last user message: the question; earlier
-                user/assistant messages: the history (its latest turns that fit are kept, qa.fitted_history)
+                user/assistant messages: the history (its latest turns that fit are kept, reading.fitted_history)
              -> queue_question (a question too long for the model: 400 context_length_exceeded, nothing queued)
              -> the reply: the answer, then its sources and evidence lines as text, every piece of document
                 or model text escaped by safe_text (no image, link or HTML of a PDF comes alive in a chat UI);

@@ -12,7 +12,7 @@ import calc
 import config
 import domains
 import finance
-import qa
+import reading
 import routing
 from pages import page_lines
 from question import parse_question
@@ -72,7 +72,7 @@ def test_one_switch_turns_the_finance_domain_off(monkeypatch):
     assert domains.line_ranking(question, page_lines(BALANCE_SHEET)) is None and domains.answer_in_code(question, []) is None
     profile = routing.document_profile("a.pdf", ["ACME Form 10-K for the fiscal year ended May 31, 2021"])
     assert profile.own_year == "" and profile.doc_type == "" and profile.wording == "plain"
-    assert "Formula" not in qa.build_messages(question, [], [])[-1].content
+    assert "Formula" not in reading.build_messages(question, [], [])[-1].content
 
 
 def test_an_unknown_domain_is_a_plain_error(monkeypatch):
