@@ -28,6 +28,17 @@ from text_utils import POSSESSIVE, YEAR_TOKEN, YEAR_WORDED, tokenize, without_s,
 if TYPE_CHECKING:
     from records import Hit
 
+_TEST = "tests/test_cells.py::"
+rules.register("lookup_words", 'words that ask for a value without naming one ("what was the amount reported at the end of ...")',
+               _TEST + "test_rule_words_that_ask_for_a_value_name_no_other_thing")
+rules.register("asks_more", "a question that asks whether, why, or for a value's change or average asks more than one printed cell "
+               '(a printed "ratio" or "share" row is a cell like any other)', _TEST + "test_rule_a_question_asking_whether_or_for_a_change_asks_more_than_a_cell",
+               forbids=True)
+rules.register("lookup_only", "only a question asking for one value as printed is answered by a cell",
+               _TEST + "test_rule_only_a_question_asking_one_printed_value_is_a_lookup", forbids=True)
+rules.register("unaccounted_word", "a word of the question that neither the cell nor its table nor its document accounts for asks something else",
+               _TEST + "test_rule_a_word_no_cell_accounts_for_asks_something_else", forbids=True)
+
 # Rule: words that ask for a value without naming one ("what was the amount reported at the end of ...").
 LOOKUP_WORDS = frozenset("amount amounts value values figure figures number reported report end ending ended year years "
                          "period as total company company's firm its much many".split())
@@ -86,7 +97,9 @@ def names_column(head: str, asked: set[str], years: set[str]) -> bool:
 def is_lookup(question: str) -> bool:
     """Rule: only a question asking for one value as printed is answered by a cell.
     is_lookup("What were total current assets in 2019?") -> True; is_lookup("How did sales change in 2019?") -> False"""
-    return not _ASKS_MORE.search(question) and not calc.asks_calculation(question)
+    if not rules.on("lookup_only"):
+        return True
+    return not (rules.on("asks_more") and _ASKS_MORE.search(question)) and not calc.asks_calculation(question)
 
 
 rules.register("cell_read_in_code", "a question naming one row and one column of a table is answered by that cell, read in code",
@@ -111,9 +124,9 @@ def named_cell(question: str, lines: list[Hit]) -> Cell | None:
         if len(named) != 1:
             continue
         head, value = named[0]
-        accounted = label_words | words_of(head) | words_of(heading) | words_of(unit) | LOOKUP_WORDS | years
+        accounted = label_words | words_of(head) | words_of(heading) | words_of(unit) | (LOOKUP_WORDS if rules.on("lookup_words") else set()) | years
         document = re.sub(r"[^a-z]", "", line.doc_name.lower())
-        if any(word not in accounted and word not in document and not YEAR_TOKEN.match(word) for word in asked):
+        if rules.on("unaccounted_word") and any(word not in accounted and word not in document and not YEAR_TOKEN.match(word) for word in asked):
             continue  # Rule: a word of the question that neither the cell nor its table nor its document accounts for asks something else
         found.append((len(label_words), Cell(line, number, label, head, value, unit)))
     if not found:

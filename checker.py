@@ -91,8 +91,10 @@ rules.register("row_column", "a row's figure backs a sentence only under a colum
                _TEST + "test_rule_a_rows_figure_backs_only_under_the_column_named", forbids=True)
 rules.register("row_named", "a figure is backed by the row the sentence names, not by a row whose label it names less of",
                _TEST + "test_rule_a_figure_is_backed_by_the_row_the_sentence_names", forbids=True)
-rules.register("denial", "a denial needs a passage that denies", _TEST + "test_rule_a_denial_needs_a_passage_that_denies", forbids=True)
-rules.register("quotation", "a quotation must stand in its passage word for word",
+rules.register("denial", 'a denial needs a passage that denies: the page\'s words in a sentence that says "not" are no support '
+               '(a yes/no answer\'s leading "No" is its verdict, not a denial)', _TEST + "test_rule_a_denial_needs_a_passage_that_denies",
+               forbids=True)
+rules.register("quotation", "a quotation must stand in its passage word for word (case, spacing and punctuation aside)",
                _TEST + "test_rule_a_quotation_must_stand_in_the_passage_word_for_word", forbids=True)
 rules.register("premise_names", "a premise no document shares backs nothing",
                _TEST + "test_rule_a_premise_no_document_shares_backs_nothing", forbids=True)
@@ -105,7 +107,8 @@ rules.register("subject_exempt", "the question's subject need not be repeated by
                _TEST + "test_rule_the_questions_subject_need_not_be_repeated_but_its_facts_must")
 rules.register("shared_references", 'a reference both write ("Figure 6") names a thing; it is no figure to place',
                _TEST + "test_rule_a_reference_both_write_names_a_thing_and_is_no_figure")
-rules.register("source_words", "words that point at where a fact stands need not be on it",
+rules.register("source_words", 'words that point at where a fact stands need not be on it ("as stated in the document", '
+               '"given under Unit 8 in the table", "the source states this in the following sentence:")',
                _TEST + "test_words_pointing_at_the_source_need_not_be_on_it")
 rules.register("restated_question", "a sentence restating the question is backed when what it adds stands on the page beside what was asked",
                _TEST + "test_rule_a_restated_question_is_backed_by_an_answer_beside_what_was_asked")
@@ -114,7 +117,7 @@ rules.register("page_by_position", '"the first page", "the 2nd slide" say where 
 rules.register("overlap_measure", "a sentence is backed by a passage that holds most of its words (SUPPORT_MIN_OVERLAP of them)",
                _TEST + "test_rule_a_sentence_is_backed_by_a_passage_that_holds_most_of_its_words")
 # how the text is read
-rules.register("abbreviations", "an abbreviation's period ends no sentence", _TEST + "test_rule_an_abbreviation_does_not_end_a_sentence")
+rules.register("abbreviations", 'an abbreviation\'s period ends no sentence ("Rs. 1,039 million", "Fig. 3", "e.g. this")', _TEST + "test_rule_an_abbreviation_does_not_end_a_sentence")
 rules.register("arithmetic_lines_unjudged", "a calculation line is arithmetic that calc.py works out, not a claim a page could back",
                _TEST + "test_rule_a_calculation_line_is_not_judged_as_a_claim")
 

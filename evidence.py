@@ -34,6 +34,7 @@ import numpy as np
 
 import config
 import domains
+import rules
 from pages import Page, page_text, unit_above
 from question import ParsedQuestion, parse_question
 from records import Hit, Line
@@ -151,6 +152,11 @@ def holds_telling_word(query: str, texts: list[str], collections: list[str], ret
     return holds
 
 
+rules.register("prose_pages_after", "a prose page none of whose lines holds a word of the question telling pages apart shows its "
+               "lines after the other pages; a page with a table row keeps its place in search order",
+               "tests/test_evidence.py::test_a_page_of_table_rows_keeps_its_place_though_no_line_holds_a_word_asked")
+
+
 def page_order(line_pages: list[int], asked_on: np.ndarray, tabled: set[int]) -> list[int]:
     """Rule: a prose page none of whose lines holds a word of the question telling pages apart shows its
     lines after the other pages; a page with a table row keeps its place in search order.
@@ -166,6 +172,8 @@ def page_order(line_pages: list[int], asked_on: np.ndarray, tabled: set[int]) ->
     """
     kept = {page for page, held in zip(line_pages, asked_on) if held} | tabled
     ranks = list(dict.fromkeys(line_pages))
+    if not rules.on("prose_pages_after"):
+        return ranks
     return [rank for rank in ranks if rank in kept] + [rank for rank in ranks if rank not in kept]
 
 
@@ -177,6 +185,13 @@ _REFERS_BACK = re.compile(
     re.IGNORECASE)
 
 
+rules.register("pointing_back", 'a line that opens by pointing back ("It rose 5%.", "As a result, ...", "The increase ...") is read '
+               'with the sentence before it, what "it" is; a line that stands alone is read alone (the model reads every word it '
+               "is given, and a long sentence before cost ~40 tokens of the prompt for nothing)",
+               "tests/test_evidence.py::test_a_sentence_is_read_with_the_one_before_only_when_it_points_back_at_it")
+
+
+@rules.switch("pointing_back", stand_in="")
 def sentence_before(page: Page, line: Line) -> str:
     """The sentence just before a prose line on its page, when the line points back at it.
 

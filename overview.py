@@ -35,6 +35,7 @@ from langchain_core.messages import HumanMessage, SystemMessage
 import config
 import ingest
 import prompts
+import rules
 from language import language_name, question_language
 from outline import Section, document_outline, page_range
 from pages import page_text
@@ -65,6 +66,13 @@ _KINDS = {
 }
 
 
+rules.register("whole_document_request", "a question about a document as a whole (its summary, its sections, a comparison of two) is "
+               "answered from its whole outline, not from the pages most like the question",
+               "tests/test_overview.py::test_rule_a_request_for_a_summary_is_a_whole_document_question",
+               pays_on="docs/experiments/2026-11-26-languages-and-whole-documents.md: evaluation/whole_document_bench.jsonl, ten documents' sections covered from their outlines")
+
+
+@rules.switch("whole_document_request", stand_in=None)
 def whole_document_request(question: str) -> str | None:
     """Rule: a question about a document as a whole (its summary, its sections, a comparison of two) is
     answered from its whole outline, not from the pages most like the question.

@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass
 from functools import cached_property
 
+import rules
 from records import Hit, Line
 from text_utils import FIGURE_CELL, is_period_cell, sentence_spans
 
@@ -77,11 +78,17 @@ def _joined(text: str) -> str:
 _LEADER = re.compile(r"(?:\s*\.){3,}\s*")
 
 
+rules.register("leader_dots", "a row's leader dots lead the eye to its figures and say nothing, so its label is read without them",
+               "tests/test_evidence.py::test_a_row_is_read_without_its_leader_dots")
+
+
 def row_label(cell: str) -> str:
     """Rule: a row's leader dots lead the eye to its figures and say nothing, so its label is read without them.
 
     row_label("Total current liabilities.......... ") -> "Total current liabilities"
     """
+    if not rules.on("leader_dots"):
+        return _joined(cell).strip()
     return _LEADER.sub(" ", _joined(cell)).strip()
 
 
@@ -167,6 +174,12 @@ _UNIT = re.compile(r"\(?(?<![A-Za-z])(?:amounts |expressed |figures )?(?:(?:[$â‚
                    r"(?:millions|thousands|billions|lakhs|crores)\b(?:[^)\n]{0,60}\))?", re.IGNORECASE)
 _UNIT_BACK_CHARS = 3000  # a unit this far above a line heads another table
 _UNIT_LEAD_CHARS = 30  # "(U.S. dollars in millions)": words between the bracket and "in millions"
+
+
+# registered only: the unit pattern's own lookbehind reads its first word whole; switching it off would need a second pattern
+rules.register("unit_read_whole", 'a unit is read whole, from the word it begins with and the bracket that opens it ("(Dollars in '
+               'millions)", never "rs in millions)")', "tests/test_evidence.py::test_a_unit_is_read_whole_from_the_bracket_that_opens_it",
+               switchable=False)
 
 
 def unit_above(text: str, start: int) -> str:

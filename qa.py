@@ -56,6 +56,7 @@ import models
 import overview
 import prompts
 import reading
+import rules
 from checker import CheckedSentence, Citation, strip_markers, verify_answer
 from pages import Page
 from question import ParsedQuestion, parse_question
@@ -80,6 +81,19 @@ _PERSONAL_DATA = {
 }
 
 
+# The answer path's rules (rules.py): each switchable by name, the lab's to switch off
+rules.register("greeting", "a greeting is no question: it is answered without a search",
+               "tests/test_qa.py::test_a_greeting_is_told_apart_from_a_question_that_starts_like_one")
+rules.register("follow_up_stands_alone", "a follow-up that leans on earlier turns is searched as a standalone question",
+               "tests/test_qa.py::test_only_a_follow_up_in_a_conversation_needs_a_rewrite")
+rules.register("rewrite_adds_nothing", "a rewritten follow-up may add nothing the conversation did not say",
+               "tests/test_qa.py::test_a_follow_up_rewrite_that_adds_a_number_is_rejected")
+rules.register("runaway_stopped", "a reply that repeats itself is stopped", "tests/test_qa.py::test_a_reply_that_repeats_itself_is_stopped")
+rules.register("nothing_close", "when nothing found is close to the question, say so without asking the model",
+               "tests/test_qa.py::test_a_question_with_nothing_relevant_is_refused_without_calling_the_llm")
+
+
+@rules.switch("greeting", stand_in=False)
 def is_greeting(question: str) -> bool:
     """Rule: a greeting is no question: it is answered without a search.
     is_greeting("Hello!") -> True; is_greeting("Hello world program in R?") -> False"""
@@ -92,6 +106,7 @@ def personal_data_in(question: str) -> str | None:
     return next((kind for kind, pattern in _PERSONAL_DATA.items() if pattern.search(question)), None)
 
 
+@rules.switch("follow_up_stands_alone", stand_in=False)
 def needs_rewrite(question: str, history: list[tuple[str, str]]) -> bool:
     """Rule: a follow-up that leans on earlier turns is searched as a standalone question.
     A follow-up that leans on earlier turns: short, or starting "and ...", or with a pronoun."""
@@ -128,6 +143,8 @@ def checked_rewrite(query: str, question: str, history: list[tuple[str, str]]) -
     checked_rewrite("lighthouse keeper winters 41", "And how many winters?", [("user", "Who kept the lighthouse?")])
       -> "Who kept the lighthouse? And how many winters?"
     """
+    if not rules.on("rewrite_adds_nothing"):
+        return query
     user_said = "\n".join([question] + [text for role, text in history if role == "user"])
     said = question + "\n" + "\n".join(text for _, text in history)
     invented = (checker.missing_specifics(query, said) | (numbers_in(query) - numbers_in(user_said))
@@ -179,6 +196,7 @@ def could_be_refusal(text: str) -> bool:
     return refusal.startswith(said) or said.startswith(refusal.rstrip("."))
 
 
+@rules.switch("runaway_stopped", stand_in=False)
 def runs_away(text: str) -> bool:
     """Rule: a reply that repeats itself is stopped.
     Has the reply fallen into a loop? Small models sometimes repeat a fragment until the token budget
@@ -429,7 +447,7 @@ def whole_document(turn: Turn) -> AnswerStream | None:
 def nothing_found(turn: Turn) -> AnswerStream | None:
     """Rule: when nothing found is close to the question, say so without asking the model."""
     best = max((h.trace.get("semantic_score", 0.0) for h in turn.hits), default=0.0)
-    if turn.given is not None or (turn.hits and best >= config.REFUSAL_MIN_SIMILARITY):
+    if turn.given is not None or (turn.hits and best >= config.REFUSAL_MIN_SIMILARITY) or not rules.on("nothing_close"):
         return None
     log.info("Refused without the LLM: best similarity %.3f < %.3f", best, config.REFUSAL_MIN_SIMILARITY)
     turn.answer.refused, turn.answer.nothing_found, turn.answer.sources = True, True, turn.hits

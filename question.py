@@ -29,6 +29,7 @@ import re
 from dataclasses import dataclass, field
 
 import domains
+import rules
 from text_utils import sentence_spans, years_named
 
 # A lead-in "...question:" ends at its colon.
@@ -63,6 +64,12 @@ def sentences(text: str) -> list[str]:
     return [text[s:e] for s, e in spans]
 
 
+rules.register("instruction_not_searched",
+               "a sentence about the answer's form (or where to find it) is an instruction, not a search term",
+               "tests/test_question.py::test_instructions_about_the_answer_are_split_from_the_question")
+
+
+@rules.switch("instruction_not_searched", stand_in=False)
 def is_instruction(sentence: str) -> bool:
     """Rule: a sentence about the answer's form (or where to find it) is an instruction, not a search term.
     A sentence about the answer's form, or about where to find it (a sentence beside the question that

@@ -27,6 +27,7 @@ import calc
 import config
 import domains
 import prompts
+import rules
 from checker import strip_markers
 from language import QUESTION_LANGUAGES, language_name, question_language
 from question import ParsedQuestion, parse_question
@@ -34,6 +35,9 @@ from records import Hit
 from safe_text import fence_text
 
 log = logging.getLogger(__name__)
+
+rules.register("answer_language", "the answer is in the language the asker's instructions name, else in the question's language",
+               "tests/test_qa.py::test_rule_the_model_is_asked_to_answer_in_the_question_s_language")
 
 def answer_shape(question: str) -> str:
     """answer_shape("Compare the 2019 and 2020 revenue") -> "compare" """
@@ -133,17 +137,25 @@ def build_messages(
         shape += "\n" + "\n".join(prompts.FORMULA.format(formula=note) for note in notes)
     if instructions:
         shape += "\n" + prompts.CLIENT_INSTRUCTIONS.format(instructions=fence_text(instructions))
-    # Rule: the answer is in the language the asker's instructions name, else in the question's language
-    if asked := language_asked(instructions):
-        shape += "\n" + prompts.ANSWER_LANGUAGE_ASKED.format(language=language_name(asked), sources="lines" if as_lines else "sources")
-    elif (language := question_language(question)) != "en":
-        shape += "\n" + prompts.ANSWER_LANGUAGE.format(language=language_name(language))
+    shape += answer_language(question, instructions, as_lines)
     if as_lines:
         messages.append(HumanMessage(prompts.LINES_USER.format(lines=format_lines(sources), question=question, shape=shape)))
     else:
         sources_text = "\n\n".join(format_source(i, hit) for i, hit in enumerate(sources, 1))
         messages.append(HumanMessage(prompts.ANSWER_USER.format(sources=sources_text, question=question, shape=shape)))
     return messages
+
+
+def answer_language(question: str, instructions: str, as_lines: bool) -> str:
+    """Rule: the answer is in the language the asker's instructions name, else in the question's language.
+    The line that says so to the model, or "" for an English question with no language asked."""
+    if not rules.on("answer_language"):
+        return ""
+    if asked := language_asked(instructions):
+        return "\n" + prompts.ANSWER_LANGUAGE_ASKED.format(language=language_name(asked), sources="lines" if as_lines else "sources")
+    if (language := question_language(question)) != "en":
+        return "\n" + prompts.ANSWER_LANGUAGE.format(language=language_name(language))
+    return ""
 
 
 def fit_sources(

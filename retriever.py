@@ -66,6 +66,7 @@ import config
 import domains
 import embedders
 import ingest
+import rules
 from pages import Page, page_text
 from records import Hit
 from question import ParsedQuestion, parse_question
@@ -494,12 +495,18 @@ class Retriever:
             scores[~self._scope_mask(self._page_owner, scope)] = 0.0
         return [(self._pages[i], float(scores[i])) for i in _top_indices(scores, n) if scores[i] > 0]
 
+    rules.register("own_name_no_keyword", "a document's own name tells none of its pages apart",
+                   "tests/test_retriever.py::test_a_documents_own_name_is_no_keyword_within_it_but_still_tells_documents_apart",
+                   pays_on='docs/experiments/2026-11-26-a-fresh-set-of-analyst-questions.md: second fresh set (held out), hit@5 doc 0.826 -> 0.870, library 0.761 -> 0.804 (4 won / 0 lost); mmlongbench held-out half unchanged')
+
     def own_names_everywhere(self, words: list[str], scope: list[str] | None) -> set[str]:
         """Rule: a document's own name tells none of its pages apart.
         Those of ``words`` that are names in the profile of every searched document (``routing.py``:
         "coca", "cola") and printed on most of its pages (its running heads). Kept as keywords, the
         name makes an exhibit index that repeats it forty times outrank the page that answers; across
         documents that do not all carry it, it still tells them apart and stays."""
+        if not rules.on("own_name_no_keyword"):
+            return set()
         self._refresh_if_stale()
         searched = self._in_scope(scope)
         candidates = set(words) if searched else set()
@@ -605,6 +612,11 @@ class Retriever:
         self._refresh_if_stale()
         return self._languages.get(collection, "en")
 
+    # registered only: the weight is a measured setting, not on or off (eval_retrieval.py sets it with Steps(keyword_weight=))
+    rules.register("keyword_weight_by_embedder", "a leg's vote on a document's pages is what it was measured to be worth there",
+                   "tests/test_retriever.py::test_a_keyword_match_votes_by_the_weight_of_its_document_s_embedder", switchable=False,
+                   pays_on='docs/experiments/2026-11-27-embedders-in-every-language.md: multilingual bench, documents not in English, held-out hit@5 0.663 -> 0.732 (MiniLM) with no keyword vote; English keeps its equal vote')
+
     def keyword_weight(self, collection: str) -> float:
         """Rule: a leg's vote on a document's pages is what it was measured to be worth there. The keyword
         leg's vote, against 1 for the meaning leg's: KEYWORD_WEIGHT for documents the main embedder made,
@@ -676,10 +688,15 @@ class Retriever:
                 top = [key for key in hint_seats if key in top] + [key for key in top if key not in hint_seats]
             best_chunk = {key: chunk_id for key, _, chunk_id in semantic}
             hits = [self._hit(best_chunk.get(key) or self._best_keyword_chunk(key, query), fused[key], trace[key]) for key in top]
-            if named_docs and len(named_docs) < len(self._in_scope(scope)):
+            if named_docs and len(named_docs) < len(self._in_scope(scope)) and rules.on("named_documents_answered_first"):
                 hits = self._named_first(named_docs, hits, k, lambda named: self.search(
                     parsed or question, k, named, replace(steps, routing=False)))
             return hits
+
+    rules.register("named_documents_answered_first",
+                   "a question that names documents is answered from them first; the library's best fill what is left",
+                   "tests/test_retriever.py::test_a_question_naming_a_document_is_answered_from_it_first_and_the_library_fills_the_rest",
+                   pays_on="docs/experiments/2026-11-26-a-fresh-set-of-analyst-questions.md: second fresh set (held out), 4 won / 0 lost (library hit@5 0.717 -> 0.804); it loses 2 on mmlongbench's held-out half")
 
     @staticmethod
     def _named_first(named_docs: dict[str, float], library_hits: list[Hit], k: int,

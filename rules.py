@@ -32,15 +32,16 @@ class Rule:
     test: str  # the unit test that shows it: "tests/test_checker.py::test_rule_..."
     forbids: bool = False  # it withholds a ✓ (switched off: lets everything through); else it grants one or reads the text
     switchable: bool = True  # False: registered only, its code does not ask whether it is on
+    pays_on: str = ""  # the judged set or docs/experiments record where it was shown to pay; "" where none shows it yet
 
 
 REGISTRY: dict[str, Rule] = {}
 _switched_off: ContextVar[frozenset[str]] = ContextVar("rules_switched_off", default=frozenset())
 
 
-def register(name: str, principle: str, test: str, *, forbids: bool = False, switchable: bool = True) -> Rule:
+def register(name: str, principle: str, test: str, *, forbids: bool = False, switchable: bool = True, pays_on: str = "") -> Rule:
     """Add a rule to ``REGISTRY``; a name names one rule."""
-    rule = Rule(name, principle, test, forbids, switchable)
+    rule = Rule(name, principle, test, forbids, switchable, pays_on)
     # the same rule again is no error: a module imported anew (Streamlit re-imports an edited one) registers again
     if REGISTRY.get(name, rule) != rule:
         raise ValueError(f"two rules are registered as {name!r}")

@@ -33,6 +33,10 @@ def code_words(path: Path) -> list[str]:
     docstrings = {id(node.body[0].value) for node in ast.walk(tree)
                   if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
                   and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    # a rule's registration (rules.py) quotes its docstring's "Rule:" line and the record where it pays
+    registered = {id(arg) for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                  and node.func.attr == "register" and isinstance(node.func.value, ast.Name) and node.func.value.id == "rules"
+                  for given in [*node.args, *(keyword.value for keyword in node.keywords)] for arg in ast.walk(given)}
     words = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Name):
@@ -41,7 +45,7 @@ def code_words(path: Path) -> list[str]:
             words.append(node.attr)
         elif isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.arg)):
             words.append(getattr(node, "name", None) or node.arg)
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings | registered:
             words.append(node.value)
     return words
 

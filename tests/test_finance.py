@@ -13,6 +13,7 @@ import ingest
 import models
 import qa
 from finance import statements_headed, statements_measured, statements_named
+from pages import page_lines
 from question import parse_question
 from retriever import Retriever
 
@@ -166,6 +167,21 @@ def test_a_statement_heading_is_at_the_top_of_its_page_not_a_column_head_below_i
 def test_statement_names_are_read_however_they_are_written():
     assert statements_named("the Consolidated Statements of Cash Flows and the balance sheet") == ["cash flow statement", "balance sheet"]
     assert statements_named("statement of operations") == ["income statement"]
+
+
+def test_rule_a_financial_measure_is_computed_not_read():
+    assert finance.asks_calculation("What is Nike's inventory turnover?")
+    assert finance.asks_calculation("What was the FY2021 current ratio?")  # a textbook formula's measure
+    assert finance.asks_calculation("What is total debt to total assets?")  # one line item over another
+    assert not finance.asks_calculation("What is total debt?")  # a line item: printed, read off its row
+
+
+def test_rule_a_measures_evidence_is_the_rows_it_is_computed_from():
+    lines = page_lines("Revenues\n2023\n2022\nNet sales\n51,877\n48,412\nGross profit\n12,976\n12,268\n"
+                       "Operating income\n4,357\n4,122\nOperating income rose.")
+    # operating margin is operating income over net sales: those rows, though the question names no "sales"
+    assert finance.measure_rows("What was the operating margin in 2023?", lines).tolist() == [False, True, False, True, False]
+    assert not finance.measure_rows("Who chairs the board?", lines).any()
 
 
 def test_a_financial_measure_names_the_statements_it_is_computed_from():

@@ -65,6 +65,14 @@ def test_cap_page_text_cuts_at_a_word_and_clips_boxes_and_running_spans():
     assert extract.cap_page_text(extract.Page(1, "x" * 30, "text"), 20).text == "x" * 20  # no space: cut at the limit
 
 
+def test_rule_a_page_is_read_at_most_max_page_chars_long(tmp_path, monkeypatch):
+    pdf = write_text_pdf(tmp_path / "long.pdf", [sentences(40, "ledger")])
+    monkeypatch.setattr(config, "MAX_PAGE_CHARS", 1000)
+    with pymupdf.open(pdf) as doc:
+        page = extract.read_page(doc.load_page(0))
+    assert len(page.text) <= 1000 and page.dropped_chars == len(doc_text(pdf)) - len(page.text) > 0
+
+
 def test_a_page_past_the_limit_is_read_as_plain_text_not_laid_out(tmp_path, monkeypatch):
     pdf = write_text_pdf(tmp_path / "long.pdf", [sentences(40, "ledger")])
     monkeypatch.setattr(config, "EXTRACTOR", "layout")
