@@ -351,19 +351,20 @@ def ocr_page(page: pymupdf.Page, text: str, ocr: OcrEngine) -> Page | None:
     return Page(page.number + 1, ocr_text, "ocr", offsets)
 
 
-def read_page(page: pymupdf.Page, running: frozenset[str] = frozenset()) -> Page:
+def read_page(page: pymupdf.Page, running: frozenset[str] = frozenset(), extractor: str | None = None) -> Page:
     """One page's text: OCR when its words are likely in a picture, else its text layer: as PyMuPDF
-    gives it (EXTRACTOR=text, the default) or laid out (EXTRACTOR=layout; lines whose ``running_key``
+    gives it (``extractor`` "text", the default) or laid out ("layout"; lines whose ``running_key``
     is in ``running`` are then kept out of chunks). At most MAX_PAGE_CHARS of it (``cap_page_text``).
+    ``extractor`` is handed in by whoever varies it (an evaluation's profile); None: the EXTRACTOR setting.
 
     Rule: a page's text is cut at MAX_PAGE_CHARS before it is chunked, because a page with megabytes
     of text (hidden or generated) would otherwise cost minutes of embedding and a write the store refuses.
     """
     plain = page.get_text("text").strip()
-    return cap_page_text(_page_text(page, plain, running), config.MAX_PAGE_CHARS)
+    return cap_page_text(_page_text(page, plain, running, extractor or config.EXTRACTOR), config.MAX_PAGE_CHARS)
 
 
-def _page_text(page: pymupdf.Page, plain: str, running: frozenset[str]) -> Page:
+def _page_text(page: pymupdf.Page, plain: str, running: frozenset[str], extractor: str) -> Page:
     """The whole text of a page (``plain`` is its text layer), before any cap: see ``read_page``.
 
     Rule: a page whose text layer is past MAX_PAGE_CHARS is read as plain text, not laid out, because
@@ -376,7 +377,7 @@ def _page_text(page: pymupdf.Page, plain: str, running: frozenset[str]) -> Page:
             return read
     if not plain:
         return Page(page.number + 1, "", "empty")
-    if config.EXTRACTOR == "layout" and len(plain) <= config.MAX_PAGE_CHARS:
+    if extractor == "layout" and len(plain) <= config.MAX_PAGE_CHARS:
         return laid_out_page(page, running)
     return Page(page.number + 1, plain, "text")
 
