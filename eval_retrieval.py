@@ -59,6 +59,8 @@ Chunking policies (``extract.chunk_page``'s size and overlap) are compared by
 running once per policy with --chunk-size/--chunk-overlap: each policy gets its
 own store beside the default one, since a PDF's collection name is its hash.
 Page-text extractors (setting EXTRACTOR) are compared the same way with --extractor.
+Either is an ``ingest.IngestProfile`` handed to the ingest (``ingest_profile``), and the store is the
+client handed in: the settings themselves are never changed.
 """
 
 from __future__ import annotations
@@ -139,12 +141,16 @@ def load_questions(path: Path) -> list[dict]:
     return rows
 
 
-def use_extractor(name: str | None, store: Path) -> Path:
-    """Switch to extractor ``name`` (when given) and return its own evaluation store beside ``store``."""
-    if not name:
-        return store
-    config.EXTRACTOR = name
-    return store.with_name(f"{store.name}-extract-{name}")
+def ingest_profile(extractor: str | None = None, chunk_size: int | None = None,
+                   chunk_overlap: int | None = None) -> ingest.IngestProfile:
+    """The ingest the flags ask for: each one not given (None; a chunk size of 0) keeps the setting."""
+    return ingest.IngestProfile(extractor=extractor or config.EXTRACTOR, chunk_size=chunk_size or config.CHUNK_SIZE,
+                                chunk_overlap=config.CHUNK_OVERLAP if chunk_overlap is None else chunk_overlap)
+
+
+def extractor_store(name: str | None, store: Path) -> Path:
+    """Extractor ``name``'s own evaluation store beside ``store`` (``store`` itself when no extractor is named)."""
+    return store.with_name(f"{store.name}-extract-{name}") if name else store
 
 
 def default_pdf_dir(questions_path: Path) -> Path:
@@ -152,11 +158,13 @@ def default_pdf_dir(questions_path: Path) -> Path:
     return Path(questions_path).resolve().parent / "pdfs"
 
 
-def ingest_needed(questions: list[dict], pdf_dir: Path, client, embedder) -> dict[str, str]:
-    """Ingest every PDF the questions name (cached by hash); {doc file name: collection}."""
+def ingest_needed(questions: list[dict], pdf_dir: Path, client, embedder,
+                  profile: ingest.IngestProfile | None = None) -> dict[str, str]:
+    """Ingest every PDF the questions name (cached by hash) into ``client``'s store, read and chunked as
+    ``profile`` says (default: the settings); {doc file name: collection}."""
     collections = {}
     for doc in tqdm(sorted({q["doc"] for q in questions}), desc="ingest", unit="pdf"):
-        result = ingest.ingest_pdf(pdf_dir / doc, client, embedder, doc_name=doc)
+        result = ingest.ingest_pdf(pdf_dir / doc, client, embedder, doc_name=doc, profile=profile)
         collections[doc] = result.collection
     return collections
 
@@ -708,12 +716,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--extractor", choices=EXTRACTORS, help="compare a page-text extractor (own store per extractor)")
     args = parser.parse_args(argv)
     config.setup_logging(logging.WARNING)
+    profile = ingest_profile(args.extractor, args.chunk_size, args.chunk_overlap)
     if args.chunk_size or args.chunk_overlap is not None:
-        config.CHUNK_SIZE = args.chunk_size or config.CHUNK_SIZE
-        config.CHUNK_OVERLAP = config.CHUNK_OVERLAP if args.chunk_overlap is None else args.chunk_overlap
-        args.store = args.store.with_name(f"{args.store.name}-chunks{config.CHUNK_SIZE}-{config.CHUNK_OVERLAP}")
-    args.store = use_extractor(args.extractor, args.store)
-    config.CHROMA_PERSIST_DIR = str(args.store)  # locks and store live beside the evaluation store
+        args.store = args.store.with_name(f"{args.store.name}-chunks{profile.chunk_size}-{profile.chunk_overlap}")
+    args.store = extractor_store(args.extractor, args.store)  # locks and kept PDFs live in it too (ingest.store_dir)
 
     all_questions = load_questions(args.questions)
     in_split = {id(q) for q in split_questions(all_questions, args.split, args.seed)}  # halves of the whole file
@@ -727,7 +733,7 @@ def main(argv: list[str] | None = None) -> int:
                         sum(q["doc"] in missing for q in all_questions), len(missing), ", ".join(missing))
         all_questions = [q for q in all_questions if q["doc"] in collections]
     else:  # every document of the question file is in the library, whichever questions are asked
-        collections = ingest_needed(all_questions, args.pdf_dir or default_pdf_dir(args.questions), client, embedder)
+        collections = ingest_needed(all_questions, args.pdf_dir or default_pdf_dir(args.questions), client, embedder, profile)
     questions = [q for q in all_questions if id(q) in in_split and (not args.subset or q.get("split") == args.subset)][: args.limit]
     chosen = set(args.ablations.split(",")) | {"hybrid"} if args.ablations else set(ABLATIONS)
     ablations = {name: steps for name, steps in ABLATIONS.items() if name in chosen}

@@ -361,21 +361,21 @@ rules.register("long_page_plain", "a page whose text layer is past MAX_PAGE_CHAR
                "tests/test_ingest_limits.py::test_a_page_past_the_limit_is_read_as_plain_text_not_laid_out")
 
 
-def read_page(page: pymupdf.Page, running: frozenset[str] = frozenset()) -> Page:
+def read_page(page: pymupdf.Page, running: frozenset[str] = frozenset(), extractor: str | None = None) -> Page:
     """One page's text: OCR when its words are likely in a picture, else its text layer: as PyMuPDF
-    gives it (EXTRACTOR=text, the default) or laid out (EXTRACTOR=layout; lines whose ``running_key``
+    gives it (``extractor`` "text", the default) or laid out ("layout"; lines whose ``running_key``
     is in ``running`` are then kept out of chunks). At most MAX_PAGE_CHARS of it (``cap_page_text``).
+    ``extractor`` is handed in by whoever varies it (an evaluation's profile); None: the EXTRACTOR setting.
 
     Rule: a page's text is cut at MAX_PAGE_CHARS before it is chunked, because a page with megabytes
     of text (hidden or generated) would otherwise cost minutes of embedding and a write the store refuses.
     """
     plain = page.get_text("text").strip()
-    if not rules.on("page_text_cap"):
-        return _page_text(page, plain, running)
-    return cap_page_text(_page_text(page, plain, running), config.MAX_PAGE_CHARS)
+    whole = _page_text(page, plain, running, extractor or config.EXTRACTOR)
+    return cap_page_text(whole, config.MAX_PAGE_CHARS) if rules.on("page_text_cap") else whole
 
 
-def _page_text(page: pymupdf.Page, plain: str, running: frozenset[str]) -> Page:
+def _page_text(page: pymupdf.Page, plain: str, running: frozenset[str], extractor: str) -> Page:
     """The whole text of a page (``plain`` is its text layer), before any cap: see ``read_page``.
 
     Rule: a page whose text layer is past MAX_PAGE_CHARS is read as plain text, not laid out, because
@@ -388,7 +388,7 @@ def _page_text(page: pymupdf.Page, plain: str, running: frozenset[str]) -> Page:
             return read
     if not plain:
         return Page(page.number + 1, "", "empty")
-    if config.EXTRACTOR == "layout" and (len(plain) <= config.MAX_PAGE_CHARS or not rules.on("long_page_plain")):
+    if extractor == "layout" and (len(plain) <= config.MAX_PAGE_CHARS or not rules.on("long_page_plain")):
         return laid_out_page(page, running)
     return Page(page.number + 1, plain, "text")
 

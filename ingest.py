@@ -42,7 +42,11 @@ be shown as it looks.
 
 The store is a folder (chromadb.PersistentClient) or, when CHROMA_HOST is set,
 a ``chroma run`` server (chromadb.HttpClient); the code above it is the same for
-both, and the locks stay in CHROMA_PERSIST_DIR on this machine either way.
+both, and the locks and kept PDFs stay in a folder on this machine either way: the
+store's own folder, or CHROMA_PERSIST_DIR for a server (``store_dir``).
+
+What an evaluation varies (the extractor, the chunking) is an ``IngestProfile`` handed to
+``ingest_pdf`` (the settings are its defaults); the store is the client handed in.
 
 Deliberately simple: a crashed ingest restarts from page 1 rather than resuming
 mid-file (embedding is the cheap part; enrichment, the slow part, does resume),
@@ -110,6 +114,16 @@ log = logging.getLogger(__name__)
 # ``total`` pages (reading a page is the first half of its share, embedding and storing its
 # passages the second), and ``message`` names the stage; for labelling, pages labelled.
 ProgressCallback = Callable[[float, int, str], None]
+
+
+@dataclass(frozen=True)
+class IngestProfile:
+    """How a PDF's pages are read and cut into passages: the settings by default; an evaluation hands in
+    a variant (another extractor, another chunking policy) instead of changing the settings (issue 57)."""
+
+    extractor: str = field(default_factory=lambda: config.EXTRACTOR)  # "text" or "layout" (extract.read_page)
+    chunk_size: int = field(default_factory=lambda: config.CHUNK_SIZE)  # characters (extract.chunk_page)
+    chunk_overlap: int = field(default_factory=lambda: config.CHUNK_OVERLAP)
 
 
 def _no_progress(current: float, total: int, message: str) -> None:
@@ -293,14 +307,22 @@ def labels_missing(doc: dict) -> bool:
     return doc.get("enriched_pages", 0) < doc["pages"] - doc.get("empty_pages", 0)
 
 
-def kept_pdf_path(collection_name: str) -> Path:
-    """Where the store keeps its own copy of a document's PDF, for page previews."""
-    return Path(config.CHROMA_PERSIST_DIR) / "pdfs" / f"{collection_name}.pdf"
+def store_dir(client: chromadb.ClientAPI | None = None) -> Path:
+    """The folder beside the store where kept PDFs and locks live: an on-disk ``client``'s own folder, so a
+    store opened elsewhere (an evaluation's) keeps its own; a ChromaDB server's (or no client) CHROMA_PERSIST_DIR."""
+    folder = _store_folder(client) if client is not None else None
+    return folder or Path(config.CHROMA_PERSIST_DIR)
 
 
-def _keep_pdf(path: Path, collection_name: str) -> None:
+def kept_pdf_path(collection_name: str, store: str | Path | None = None) -> Path:
+    """Where the store keeps its own copy of a document's PDF, for page previews: under ``store``
+    (a ``store_dir``; default CHROMA_PERSIST_DIR)."""
+    return Path(store or config.CHROMA_PERSIST_DIR) / "pdfs" / f"{collection_name}.pdf"
+
+
+def _keep_pdf(path: Path, collection_name: str, store: Path) -> None:
     """Copy the PDF next to the store (temp name, then rename), unless it is already there."""
-    target = kept_pdf_path(collection_name)
+    target = kept_pdf_path(collection_name, store)
     if target.exists():
         return
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -359,7 +381,7 @@ def delete_document(client: chromadb.ClientAPI, collection_name: str) -> None:
     A ChromaDB server deletes the collection; its files are the server's to compact."""
     with _server_errors():
         client.delete_collection(collection_name)
-    kept_pdf_path(collection_name).unlink(missing_ok=True)
+    kept_pdf_path(collection_name, store_dir(client)).unlink(missing_ok=True)
     log.info("Deleted %s", collection_name)
     folder = _store_folder(client)
     if folder is not None:
@@ -422,9 +444,10 @@ def other_embedder_message(docs: list[dict], embedder: Embeddings | str) -> str:
 
 
 @contextmanager
-def _file_lock(sha256: str) -> Iterator[None]:
-    """Hold an exclusive lock for one document while it is built (waits for a concurrent builder)."""
-    lock_dir = Path(config.CHROMA_PERSIST_DIR) / "locks"
+def _file_lock(sha256: str, store: Path) -> Iterator[None]:
+    """Hold an exclusive lock for one document while it is built (waits for a concurrent builder);
+    the lock lives in ``store`` (a ``store_dir``)."""
+    lock_dir = store / "locks"
     lock_dir.mkdir(parents=True, exist_ok=True)
     with open(lock_dir / f"{sha256[:16]}.lock", "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -505,11 +528,13 @@ def _result_from_metadata(meta: dict, seconds: float) -> IngestResult:
     )
 
 
-def chunk_records(page: Page, sha256: str, doc_name: str) -> list[tuple[str, str, dict]]:
-    """(id, text, metadata) for each chunk of one page. A chunk that starts inside a table
-    begins with the table's header row (``header_chars`` long), so its numbers keep their names."""
+def chunk_records(page: Page, sha256: str, doc_name: str, profile: IngestProfile | None = None) -> list[tuple[str, str, dict]]:
+    """(id, text, metadata) for each chunk of one page, cut by ``profile``'s chunking (default: the settings').
+    A chunk that starts inside a table begins with the table's header row (``header_chars`` long), so its
+    numbers keep their names."""
+    profile = profile or IngestProfile()
     records = []
-    for index, (start, end) in enumerate(chunk_page(page.text, skip=page.running)):
+    for index, (start, end) in enumerate(chunk_page(page.text, profile.chunk_size, profile.chunk_overlap, skip=page.running)):
         header = table_header_for(page.text, start)
         meta = {
             "doc_name": doc_name,
@@ -538,8 +563,11 @@ def ingest_pdf(
     embedder: Embeddings | None = None,
     progress: ProgressCallback | None = None,
     doc_name: str | None = None,
+    profile: IngestProfile | None = None,
 ) -> IngestResult:
-    """Make ``path`` searchable and return what was stored; a cache hit when the bytes were seen.
+    """Make ``path`` searchable and return what was stored; a cache hit when the bytes were seen (and read
+    with ``profile``'s extractor). ``profile``: how pages are read and chunked (default: the settings).
+    The kept PDF and the lock go beside ``client``'s store (``store_dir``).
 
     Raises an IngestError subclass, with a plain-language message, for bad input;
     the store is then exactly as it was before the call.
@@ -548,32 +576,34 @@ def ingest_pdf(
     path = Path(path)
     progress = progress or _no_progress
     client = client or get_client()
+    profile = profile or IngestProfile()
+    store = store_dir(client)
     doc_name = doc_name or display_name(path)
     doc = open_pdf(path)
     try:
         main = embedder or embedders.get_embeddings()
         sha256 = file_sha256(path)
         name = collection_name_for(sha256)
-        with _file_lock(sha256):
+        with _file_lock(sha256, store):
             existing = _collection_or_none(client, name)
             if existing is not None and is_complete(existing):
                 made_with = (existing.metadata.get("embedder"), existing.metadata.get("extractor", "text"))
-                if not made_with_other_embedder(existing.metadata, main) and made_with[1] == config.EXTRACTOR:
+                if not made_with_other_embedder(existing.metadata, main) and made_with[1] == profile.extractor:
                     log.info("%s is already ingested as %s", doc_name, name)
-                    _keep_pdf(path, name)
+                    _keep_pdf(path, name, store)
                     progress(1, 1, "Already in the library")
                     return _result_from_metadata(existing.metadata, time.perf_counter() - t0)
             if _collection_or_none(client, name + REBUILD_SUFFIX) is not None:
                 log.warning("Removing %s%s, left by a rebuild that did not finish", name, REBUILD_SUFFIX)
                 _drop_collection(client, name + REBUILD_SUFFIX)
-            _keep_pdf(path, name)  # before the build, so a complete collection always has its PDF
+            _keep_pdf(path, name, store)  # before the build, so a complete collection always has its PDF
             if existing is not None and is_complete(existing):
                 log.warning("%s was made with embedder %s and extractor %s; rebuilding it beside itself", name, *made_with)
-                return _rebuild(doc, client, main, existing, sha256, doc_name, progress, t0)
+                return _rebuild(doc, client, main, existing, sha256, doc_name, progress, t0, profile)
             if existing is not None:
                 log.warning("Removing unfinished collection %s before rebuilding", name)
                 _drop_collection(client, name)  # not its kept PDF: the same bytes, maybe the very file being read
-            return _build_collection(doc, client, main, name, sha256, doc_name, progress, t0)
+            return _build_collection(doc, client, main, name, sha256, doc_name, progress, t0, profile)
     finally:
         doc.close()
 
@@ -588,10 +618,12 @@ def document_language(doc) -> str:
 
 
 def reembed_document(
-    client: chromadb.ClientAPI, embedder: Embeddings, collection_name: str, progress: ProgressCallback | None = None
+    client: chromadb.ClientAPI, embedder: Embeddings, collection_name: str, progress: ProgressCallback | None = None,
+    profile: IngestProfile | None = None,
 ) -> IngestResult:
     """Rebuild one complete document with ``embedder`` from its kept PDF (``kept_pdf_path``), under the
-    name it was given; a cache hit when it is already made with ``embedder`` (and the current extractor).
+    name it was given; a cache hit when it is already made with ``embedder`` (and ``profile``'s extractor,
+    default the setting's).
 
     The kept PDF is copied to a temp file first and the rebuild happens beside the old collection
     (see ``ingest_pdf``), so neither a failure nor a crash can lose the document or its PDF: until the
@@ -601,7 +633,7 @@ def reembed_document(
     """
     col = _complete_collection(client, collection_name)
     doc_name = col.metadata.get("doc_name") or collection_name
-    kept = kept_pdf_path(collection_name)
+    kept = kept_pdf_path(collection_name, store_dir(client))
     with tempfile.TemporaryDirectory(prefix="pdf-rag-reembed-") as tmp:
         copy = Path(tmp) / "kept.pdf"
         try:
@@ -617,7 +649,7 @@ def reembed_document(
             )
         log.info("Re-embedding %s (%s, made with %s) with %s", doc_name, collection_name,
                  col.metadata.get("embedder"), embedders.embedder_name(embedder))
-        return ingest_pdf(copy, client, embedder, progress=progress, doc_name=doc_name)
+        return ingest_pdf(copy, client, embedder, progress=progress, doc_name=doc_name, profile=profile)
 
 
 REBUILD_SUFFIX = "_rebuild"  # a complete document is rebuilt under its name plus this, then swapped in
@@ -641,7 +673,7 @@ def _purge_quietly(client: chromadb.ClientAPI) -> None:
             log.warning("%s", err)
 
 
-def _rebuild(doc, client, embedder, old, sha256, doc_name, progress, t0) -> IngestResult:
+def _rebuild(doc, client, embedder, old, sha256, doc_name, progress, t0, profile: IngestProfile) -> IngestResult:
     """Build ``old``'s document again beside it (``<name>_rebuild``), then swap the new collection in.
 
     While the new one is built, marked "rebuilt" (not complete) when whole, ``old`` stays as it was:
@@ -652,7 +684,7 @@ def _rebuild(doc, client, embedder, old, sha256, doc_name, progress, t0) -> Inge
     library (its kept PDF stays) until the PDF is added again.
     """
     name, staging = old.name, old.name + REBUILD_SUFFIX
-    result = _build_collection(doc, client, embedder, staging, sha256, doc_name, progress, t0, done_status="rebuilt")
+    result = _build_collection(doc, client, embedder, staging, sha256, doc_name, progress, t0, profile, done_status="rebuilt")
     with _server_errors():
         built = client.get_collection(staging, embedding_function=None)
         meta = _carry_labels(old, built)
@@ -685,23 +717,25 @@ def _carry_labels(old, new) -> dict:
     return meta
 
 
-def _build_collection(doc, client, main, name, sha256, doc_name, progress, t0, done_status="complete") -> IngestResult:
+def _build_collection(doc, client, main, name, sha256, doc_name, progress, t0, profile: IngestProfile,
+                      done_status="complete") -> IngestResult:
     """Build collection ``name`` for ``doc``: its language told from its text layer, its vectors made by the
-    embedder for that language (``main``, the app's embedder, for English; see ``embedders.embedder_for``)."""
+    embedder for that language (``main``, the app's embedder, for English; see ``embedders.embedder_for``),
+    its pages read and chunked as ``profile`` says."""
     language = document_language(doc)
     meta = {
         "doc_name": doc_name,
         "sha256": sha256,
         "language": language,  # "" when unknown; a scan's is told once its first pages are OCR'd
         "embedder": embedders.embedder_name_for(language, main),
-        "extractor": config.EXTRACTOR,
+        "extractor": profile.extractor,
         "status": "ingesting",
         "pages": doc.page_count,
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
     try:
         with _server_errors():  # a server lost mid-ingest becomes a StoreUnavailableError
-            stats, meta = _write_collection(doc, client, main, name, meta, progress, t0, done_status)
+            stats, meta = _write_collection(doc, client, main, name, meta, progress, t0, profile, done_status)
     except BaseException as err:
         leftover = _discard_unfinished(client, name, doc_name)
         if leftover and isinstance(err, IngestError):
@@ -727,7 +761,7 @@ def _build_collection(doc, client, main, name, sha256, doc_name, progress, t0, d
 def _discard_unfinished(client: chromadb.ClientAPI, name: str, doc_name: str) -> str:
     """Remove what a failed build left (collection, kept PDF); return, in words, what could
     not be removed ("" when everything was)."""
-    kept_pdf_path(name).unlink(missing_ok=True)
+    kept_pdf_path(name, store_dir(client)).unlink(missing_ok=True)
     try:
         delete_document(client, name)
     except (chromadb.errors.NotFoundError, ValueError):  # never created: nothing to remove
@@ -742,13 +776,14 @@ def _discard_unfinished(client: chromadb.ClientAPI, name: str, doc_name: str) ->
     return ""
 
 
-def _write_collection(doc, client, main, name, meta, progress, t0, done_status="complete") -> tuple[dict, dict]:
+def _write_collection(doc, client, main, name, meta, progress, t0, profile: IngestProfile,
+                      done_status="complete") -> tuple[dict, dict]:
     """Create the collection, fill it, and mark it ``done_status`` ("complete", or "rebuilt" for a
     rebuild that is swapped in after) as the very last write; returns the page statistics and the final metadata."""
     collection = client.create_collection(
         name, metadata=meta, configuration={"hnsw": {"space": "cosine"}}, embedding_function=None
     )
-    stats = _write_pages(doc, collection, main, meta, progress)
+    stats = _write_pages(doc, collection, main, meta, progress, profile)
     if stats["chunks"] == 0:
         why = "no OCR engine is available" if ocr_engine() is None else "OCR found no text either"
         raise NoTextError(f"{meta['doc_name']} contains no readable text ({why}).")
@@ -770,8 +805,9 @@ def _write_collection(doc, client, main, name, meta, progress, t0, done_status="
     return stats, meta
 
 
-def _write_pages(doc, collection, main, meta, progress) -> dict:
-    """Extract, chunk, embed and store ``doc`` in page batches so memory stays bounded.
+def _write_pages(doc, collection, main, meta, progress, profile: IngestProfile) -> dict:
+    """Extract, chunk, embed and store ``doc`` in page batches so memory stays bounded; pages are read
+    with ``profile``'s extractor and cut by its chunking.
 
     The vectors are made by the embedder for the document's language (``meta["language"]``); a document
     whose text layer was too thin to tell it (a scan) has it told from its first batch of pages as read,
@@ -786,7 +822,7 @@ def _write_pages(doc, collection, main, meta, progress) -> dict:
     sources, chunks, cuts = [], 0, []
     damaged = set(unreadable_pages(doc))  # only left when KEEP_READABLE_PAGES asked to keep the rest
     t = time.perf_counter()
-    running = running_lines(doc, skip=damaged) if config.EXTRACTOR == "layout" else frozenset()
+    running = running_lines(doc, skip=damaged) if profile.extractor == "layout" else frozenset()
     seconds["extract"] += time.perf_counter() - t
     for first in range(0, total, config.PAGE_BATCH_SIZE):
         pages = []
@@ -796,7 +832,7 @@ def _write_pages(doc, collection, main, meta, progress) -> dict:
                 continue
             t = time.perf_counter()
             try:
-                pages.append(read_page(doc.load_page(number), running))
+                pages.append(read_page(doc.load_page(number), running, profile.extractor))
             except IngestError:
                 raise
             except Exception as err:
@@ -809,7 +845,7 @@ def _write_pages(doc, collection, main, meta, progress) -> dict:
             if pages[-1].dropped_chars:
                 cuts.append(_report_cut(pages[-1], doc_name, progress, first + (number + 1 - first) / 2, total))
         t = time.perf_counter()
-        records = [r for page in pages for r in chunk_records(page, sha256, doc_name)]
+        records = [r for page in pages for r in chunk_records(page, sha256, doc_name, profile)]
         seconds["chunk"] += time.perf_counter() - t
         if not records:
             continue

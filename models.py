@@ -506,52 +506,54 @@ def _server_headers() -> dict:
     return {"Authorization": f"Bearer {config.OPENAI_API_KEY}"} if config.OPENAI_API_KEY else {}
 
 
-def server_models(strict: bool = False) -> list[dict] | None:
-    """The entries of the OpenAI-compatible server's ``/v1/models`` (each has an ``id``).
+def server_models(strict: bool = False, base_url: str | None = None) -> list[dict] | None:
+    """The entries of the OpenAI-compatible server's ``/v1/models`` (each has an ``id``); the server is
+    ``base_url`` (a benchmark's; default OPENAI_BASE_URL).
 
-    None when OPENAI_BASE_URL is not set, or (unless ``strict``) when the server does not answer;
+    None when no address is set, or (unless ``strict``) when the server does not answer;
     ``strict`` turns "does not answer" and "refused the key" into a ModelUnavailableError that says why.
     """
-    if not config.OPENAI_BASE_URL:
+    base_url = base_url or config.OPENAI_BASE_URL
+    if not base_url:
         if strict:
             raise ModelUnavailableError("LLM_BACKEND=openai needs OPENAI_BASE_URL, the server's address (e.g. http://localhost:8080/v1).")
         return None
-    url = config.OPENAI_BASE_URL.rstrip("/") + "/models"
+    url = base_url.rstrip("/") + "/models"
     try:
         response = httpx.get(url, headers=_server_headers(), timeout=config.MODEL_PROBE_TIMEOUT)
     except httpx.HTTPError as err:
         log.debug("No model server at %s: %s", url, err)
         if strict:
-            raise ModelUnavailableError(server_down_message()) from err
+            raise ModelUnavailableError(server_down_message(base_url)) from err
         return None
     if response.status_code in (401, 403):
         if strict:
-            raise ModelUnavailableError(server_key_message())
+            raise ModelUnavailableError(server_key_message(base_url))
         return None
     try:
         response.raise_for_status()
         return [m for m in response.json()["data"] if m.get("id")]
     except (httpx.HTTPError, ValueError, KeyError, TypeError) as err:
         if strict:
-            raise ModelUnavailableError(f"{config.OPENAI_BASE_URL} does not answer like an OpenAI-compatible server ({err}).") from err
+            raise ModelUnavailableError(f"{base_url} does not answer like an OpenAI-compatible server ({err}).") from err
         return None
 
 
-def server_down_message() -> str:
-    return (f"The model server at {config.OPENAI_BASE_URL} is not answering. Start it, or choose another "
+def server_down_message(base_url: str | None = None) -> str:
+    return (f"The model server at {base_url or config.OPENAI_BASE_URL} is not answering. Start it, or choose another "
             "model (the sidebar's model picker, or LLM_BACKEND=embedded).")
 
 
-def server_key_message() -> str:
-    return f"The model server at {config.OPENAI_BASE_URL} refused the key (401). Set OPENAI_API_KEY to a key it accepts."
+def server_key_message(base_url: str | None = None) -> str:
+    return f"The model server at {base_url or config.OPENAI_BASE_URL} refused the key (401). Set OPENAI_API_KEY to a key it accepts."
 
 
-def server_missing_model_message(model: str, available: list[str]) -> str:
-    return (f"The model server at {config.OPENAI_BASE_URL} does not have the model '{model}'. "
+def server_missing_model_message(model: str, available: list[str], base_url: str | None = None) -> str:
+    return (f"The model server at {base_url or config.OPENAI_BASE_URL} does not have the model '{model}'. "
             f"It has: {', '.join(available) or 'none'}. Set LLM_MODEL to one of them.")
 
 
-def _server_context(entry: dict) -> int:
+def _server_context(entry: dict, base_url: str) -> int:
     """Tokens the server's model reads at once: the setting, else what the server says, else LLM_N_CTX.
 
     llama.cpp says it in /props (``default_generation_settings.n_ctx``, one slot's share);
@@ -562,16 +564,16 @@ def _server_context(entry: dict) -> int:
     if entry.get("max_model_len"):
         return int(entry["max_model_len"])
     try:
-        response = httpx.get(_server_root(config.OPENAI_BASE_URL) + "/props", headers=_server_headers(), timeout=config.MODEL_PROBE_TIMEOUT)
+        response = httpx.get(_server_root(base_url) + "/props", headers=_server_headers(), timeout=config.MODEL_PROBE_TIMEOUT)
         return int(response.json()["default_generation_settings"]["n_ctx"])
     except (httpx.HTTPError, ValueError, KeyError, TypeError):
         log.warning("The model server does not say its context length; assuming LLM_N_CTX=%d (set OPENAI_CONTEXT)", config.LLM_N_CTX)
         return config.LLM_N_CTX
 
 
-def _server_tokenize_url() -> str:
-    """llama.cpp's /tokenize when the server has it (exact token counts), else '' (counts are estimated)."""
-    url = _server_root(config.OPENAI_BASE_URL) + "/tokenize"
+def _server_tokenize_url(base_url: str) -> str:
+    """llama.cpp's /tokenize when the server at ``base_url`` has it (exact token counts), else '' (counts are estimated)."""
+    url = _server_root(base_url) + "/tokenize"
     try:
         response = httpx.post(url, json={"content": "a b"}, headers=_server_headers(), timeout=config.MODEL_PROBE_TIMEOUT)
         return url if response.status_code == 200 and isinstance(response.json().get("tokens"), list) else ""
@@ -587,26 +589,28 @@ class ServerChatModel(ChatOpenAI):
     tokenize_url: str = ""
 
 
-def _server_chat_model(model: str) -> ServerChatModel:
-    """A chat model on the OpenAI-compatible server, checked to be there (name, key, context length)."""
-    entries = server_models(strict=True)
+def _server_chat_model(model: str, base_url: str | None = None) -> ServerChatModel:
+    """A chat model on the OpenAI-compatible server at ``base_url`` (default OPENAI_BASE_URL), checked to be
+    there (name, key, context length)."""
+    base_url = base_url or config.OPENAI_BASE_URL
+    entries = server_models(strict=True, base_url=base_url)
     ids = [e["id"] for e in entries]
     model = model or (ids[0] if ids else "")
     if model not in ids:
-        raise ModelUnavailableError(server_missing_model_message(model, ids))
+        raise ModelUnavailableError(server_missing_model_message(model, ids, base_url))
     llm = ServerChatModel(
         model=model,
-        base_url=config.OPENAI_BASE_URL,
+        base_url=base_url,
         api_key=config.OPENAI_API_KEY or "none",  # the client insists on a key; servers without keys ignore it
         temperature=config.LLM_TEMPERATURE,
         max_tokens=config.LLM_MAX_TOKENS,
         timeout=config.LLM_TIMEOUT,
         max_retries=0,  # a failure is said at once; the person asks again
         stream_usage=True,  # the last streamed chunk says how many tokens the server read and wrote
-        context_window=_server_context(entries[ids.index(model)]),
-        tokenize_url=_server_tokenize_url(),
+        context_window=_server_context(entries[ids.index(model)], base_url),
+        tokenize_url=_server_tokenize_url(base_url),
     )
-    log.info("Chat model: %s on %s (context %d tokens)", model, config.OPENAI_BASE_URL, llm.context_window)
+    log.info("Chat model: %s on %s (context %d tokens)", model, base_url, llm.context_window)
     return llm
 
 
@@ -626,13 +630,14 @@ def _embedded_installed(name: str) -> bool:
     return importlib.util.find_spec(config.EMBEDDED_LLMS[name]["part_module"].format(n=1)) is not None
 
 
-def choice_label(choice: str) -> str:
-    """choice_label("embedded:qwen2.5-coder-1.5b") -> "embedded Qwen2.5-Coder-1.5B-Instruct Q4_K_M" """
+def choice_label(choice: str, base_url: str | None = None) -> str:
+    """choice_label("embedded:qwen2.5-coder-1.5b") -> "embedded Qwen2.5-Coder-1.5B-Instruct Q4_K_M"
+    (an "openai:" model is named with its server, ``base_url``; default OPENAI_BASE_URL)"""
     backend, _, name = choice.partition(":")
     if backend == "embedded" and name in config.EMBEDDED_LLMS:
         return f"embedded {config.EMBEDDED_LLMS[name]['display_name']}"
     if backend == "openai":
-        return f"{name} on {config.OPENAI_BASE_URL}"
+        return f"{name} on {base_url or config.OPENAI_BASE_URL}"
     return f"Ollama {name}"
 
 
@@ -657,12 +662,12 @@ def default_choice() -> str:
     return f"embedded:{config.EMBEDDED_LLM}"
 
 
-def _load_chat_model(choice: str) -> BaseChatModel:
+def _load_chat_model(choice: str, base_url: str | None = None) -> BaseChatModel:
     backend, _, name = choice.partition(":")
     if backend == "embedded":
         return EmbeddedChatModel.load(name)
     if backend == "openai":
-        return _server_chat_model(name)
+        return _server_chat_model(name, base_url)
     if backend == "ollama":
         _use_ollama("ollama", name)  # raises the sentence when Ollama is down or lacks the model
         from langchain_ollama import ChatOllama
@@ -679,21 +684,22 @@ def _load_chat_model(choice: str) -> BaseChatModel:
     raise ModelUnavailableError(f"Unknown model '{choice}': a model is named embedded:NAME, ollama:NAME or openai:NAME.")
 
 
-_LOADED: dict[str, BaseChatModel] = {}
+_LOADED: dict[tuple[str, str | None], BaseChatModel] = {}  # (choice, base_url) -> the model
 _LOADING = threading.Lock()
 
 
-def get_chat_model(choice: str | None = None) -> BaseChatModel:
-    """The chat model ``choice`` names (None: the settings' choice), loaded once per process.
+def get_chat_model(choice: str | None = None, base_url: str | None = None) -> BaseChatModel:
+    """The chat model ``choice`` names (None: the settings' choice), loaded once per process; an "openai:"
+    model on the server at ``base_url`` (a benchmark's; None: OPENAI_BASE_URL).
 
     One lock around loading: two threads asking at once (the page labeller and a question) get the
     same model, never two copies of it in memory. A load that fails is not kept, so it is tried again.
     """
-    choice = choice or default_choice()
+    key = (choice or default_choice(), base_url)
     with _LOADING:
-        if choice not in _LOADED:
-            _LOADED[choice] = _load_chat_model(choice)
-        return _LOADED[choice]
+        if key not in _LOADED:
+            _LOADED[key] = _load_chat_model(*key)
+        return _LOADED[key]
 
 
 def forget_chat_models() -> None:
@@ -733,8 +739,13 @@ def chat_model_label(model: BaseChatModel) -> str:
     if isinstance(model, EmbeddedChatModel):
         return choice_label(f"embedded:{model.model_name}")
     if isinstance(model, ServerChatModel):
-        return choice_label(f"openai:{model.model_name}")
+        return choice_label(f"openai:{model.model_name}", model.openai_api_base)
     return choice_label(f"ollama:{getattr(model, 'model', '?')}")
+
+
+def _server_of(model: BaseChatModel | None) -> str:
+    """The address of ``model``'s server: a ServerChatModel's own (it may be a benchmark's), else OPENAI_BASE_URL."""
+    return (model.openai_api_base if isinstance(model, ServerChatModel) else None) or config.OPENAI_BASE_URL
 
 
 def explain_failure(err: Exception, model: BaseChatModel | None = None) -> str:
@@ -742,22 +753,23 @@ def explain_failure(err: Exception, model: BaseChatModel | None = None) -> str:
     text = str(err)
     if isinstance(err, ModelUnavailableError):
         return text
+    server = _server_of(model)
     if isinstance(err, openai.APITimeoutError):
-        return (f"The model server at {config.OPENAI_BASE_URL} took longer than LLM_TIMEOUT={config.LLM_TIMEOUT:g} s "
+        return (f"The model server at {server} took longer than LLM_TIMEOUT={config.LLM_TIMEOUT:g} s "
                 "to answer. Ask again, choose a smaller model, or raise LLM_TIMEOUT.")
     refused = isinstance(err, httpx.HTTPStatusError) and err.response.status_code in (401, 403)
     if isinstance(err, openai.AuthenticationError) or (refused and isinstance(model, ServerChatModel)):
-        return server_key_message()
+        return server_key_message(server)
     if isinstance(err, openai.NotFoundError):
         name = getattr(model, "model_name", "?")
-        return server_missing_model_message(name, [e["id"] for e in server_models() or []])
+        return server_missing_model_message(name, [e["id"] for e in server_models(base_url=server) or []], server)
     if isinstance(err, openai.APIStatusError):
-        return f"The model server at {config.OPENAI_BASE_URL} answered with an error ({err.status_code}): {text}"
+        return f"The model server at {server} answered with an error ({err.status_code}): {text}"
     if isinstance(model, ServerChatModel):
         if isinstance(err, (openai.APIConnectionError, httpx.TransportError, ConnectionError)):
-            return (f"The connection to the model server at {config.OPENAI_BASE_URL} failed or dropped mid-answer. "
+            return (f"The connection to the model server at {server} failed or dropped mid-answer. "
                     "Check that it is running and ask again, or choose another model.")
-        return f"The model server at {config.OPENAI_BASE_URL} failed: {text}"
+        return f"The model server at {server} failed: {text}"
     if "not found" in text and "model" in text:
         return missing_model_message(getattr(model, "model", None) or config.LLM_MODEL or config.OLLAMA_DEFAULT_LLM)
     if isinstance(err, (httpx.ConnectError, ConnectionError)) or "connect" in text.lower():
@@ -786,7 +798,7 @@ def loaded_chat_model(choice: str | None = None) -> BaseChatModel | None:
         choice = choice or default_choice()
     except ModelUnavailableError:
         return None
-    return _LOADED.get(choice)  # no lock: it is held for the whole of a load, and one dict read is atomic
+    return _LOADED.get((choice, None))  # no lock: it is held for the whole of a load, and one dict read is atomic
 
 
 def count_tokens(model: BaseChatModel, text: str) -> int:

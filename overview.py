@@ -195,7 +195,8 @@ def read_document(
         yield Reading(sources)
         return
     doc = docs[0]
-    sections = document_outline(ingest.kept_pdf_path(doc.collection), retriever.page_titles(doc.collection), doc.pages)
+    pdf = ingest.kept_pdf_path(doc.collection, ingest.store_dir(retriever.client))  # beside the store searched
+    sections = document_outline(pdf, retriever.page_titles(doc.collection), doc.pages)
     yield header(doc, sections) + "\n\n"
     language = question_language(question)
     deadline, last_read = time.perf_counter() + config.WHOLE_DOCUMENT_SECONDS, 0.0
@@ -229,7 +230,8 @@ def _normal(title: str) -> str:
 
 def compare(docs: list[Document], retriever: Retriever, sources: list[Hit]) -> Iterator[str]:
     """Two documents' sections side by side: those in both (by title), those in one only."""
-    outlines = [document_outline(ingest.kept_pdf_path(d.collection), retriever.page_titles(d.collection), d.pages) for d in docs]
+    store = ingest.store_dir(retriever.client)  # the kept PDFs: beside the store searched
+    outlines = [document_outline(ingest.kept_pdf_path(d.collection, store), retriever.page_titles(d.collection), d.pages) for d in docs]
     titles = [{_normal(s.title) for s in sections} for sections in outlines]
     yield f"Comparing **{docs[0].name}** ({docs[0].pages} pages) with **{docs[1].name}** ({docs[1].pages} pages), section by section.\n\n"
     for doc, sections, other in ((docs[0], outlines[0], titles[1]), (docs[1], outlines[1], titles[0])):

@@ -108,8 +108,7 @@ def ingest_one(pdf: Path, enrich_pages: int, questions: list[str] | None = None)
     embedder = embedders.get_embeddings()
     load_seconds = time.perf_counter() - t0
     with tempfile.TemporaryDirectory() as store_dir:
-        config.CHROMA_PERSIST_DIR = store_dir
-        client = ingest.get_client(store_dir)
+        client = ingest.get_client(store_dir)  # its kept PDF and lock go in it too (ingest.store_dir)
         updates: list[float] = []
         result = ingest.ingest_pdf(pdf, client, embedder, progress=lambda *_: updates.append(time.perf_counter()))
         gaps = [b - a for a, b in zip([t0 + load_seconds] + updates, updates)]
@@ -396,13 +395,12 @@ def as_choice(name: str) -> str:
 
 
 def model_choices(args: argparse.Namespace) -> list[str]:
-    """The choice ids (models.get_chat_model's names) the flags ask for, in order; ``--base-url`` is applied to config.
+    """The choice ids (models.get_chat_model's names) the flags ask for, in order; ``--base-url`` is not part of
+    them: it is handed to ``models.get_chat_model`` beside each (``args.base_url``).
 
     --backend openai --model qwen-7b -> ["openai:qwen-7b"]; --backend openai -> ["openai:"] (the server's first model);
     --model qwen2.5-coder-0.5b -> ["embedded:qwen2.5-coder-0.5b"]; neither -> --models, each through ``as_choice``.
     """
-    if args.base_url:
-        config.OPENAI_BASE_URL = args.base_url
     if not (args.backend or args.model):
         return [as_choice(name) for name in args.models]
     backend = args.backend or "embedded"
@@ -431,8 +429,7 @@ def answer_store():
     import ingest
     from retriever import Retriever
 
-    store_dir = config.BASE_DIR / "bench_store" / "answer"
-    config.CHROMA_PERSIST_DIR = str(store_dir)
+    store_dir = config.BASE_DIR / "bench_store" / "answer"  # its kept PDFs and locks go in it too (ingest.store_dir)
     client, embedder = ingest.get_client(str(store_dir)), embedders.get_embeddings()
     for pdf in sorted((Path(config.INPUT_DATA_DIR) / "pdfs").glob("*.pdf")):
         ingest.ingest_pdf(pdf, client, embedder)
@@ -475,9 +472,10 @@ def stream_answer(llm, retriever, question: str, first_token_only: bool = False,
             "cached_prompt_tokens": cached}
 
 
-def time_answers(choice: str, questions: list[str], contexts: list[str] | None = None) -> list[dict]:
-    """Median time to first token, tokens/s and prompt size of one chat model (a choice id, see ``model_choices``),
-    one row per ``contexts`` (what the model reads: "lines", "passages"), asked in turn question by question so
+def time_answers(choice: str, questions: list[str], contexts: list[str] | None = None,
+                 base_url: str | None = None) -> list[dict]:
+    """Median time to first token, tokens/s and prompt size of one chat model (a choice id, see ``model_choices``;
+    an "openai:" one on the server at ``base_url``, default OPENAI_BASE_URL), one row per ``contexts`` (what the model reads: "lines", "passages"), asked in turn question by question so
     that both meet the same machine; with two, the second row says its first-token ratio to the first.
     Tokens are counted by llama.cpp where the model runs on it, else estimated (``models.count_tokens``)."""
     import statistics
@@ -487,7 +485,7 @@ def time_answers(choice: str, questions: list[str], contexts: list[str] | None =
     _, retriever = answer_store()
     contexts = contexts or [config.ANSWER_CONTEXT]
     t = time.perf_counter()
-    llm = models.get_chat_model(choice)
+    llm = models.get_chat_model(choice, base_url)
     load_s = time.perf_counter() - t  # for a server: asking it for the model, its context length and /tokenize
     count = lambda text: models.count_tokens(llm, text)  # noqa: E731
     samples = {c: {"prompt_tokens": [], "cached_prompt_tokens": [], "first_token_s": [], "tokens_per_s": [], "answer_tokens": [],
@@ -1090,8 +1088,7 @@ def time_summaries(store: Path, bench: Path, model: str, question: str, only: li
     import qa
     from retriever import Retriever
 
-    config.CHROMA_PERSIST_DIR = str(store)
-    client = ingest.get_client(str(store))
+    client = ingest.get_client(str(store))  # the outlines read its kept PDFs (ingest.store_dir)
     stored = {d["doc_name"]: d for d in ingest.list_documents(client)}
     retriever = Retriever(client, embedders.get_embeddings())
     llm = models.EmbeddedChatModel.load(model)
@@ -1204,7 +1201,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.json:
                 args.json.write_text(json.dumps({"answer_while_labelling": rows}, indent=2))
             return 0
-        rows = [row for choice in choices for row in time_answers(choice, questions, args.contexts)]
+        rows = [row for choice in choices for row in time_answers(choice, questions, args.contexts, args.base_url)]
         print_table([list(rows[0])] + [list(r.values()) for r in rows])
         if args.json:
             args.json.write_text(json.dumps({"answer": rows}, indent=2))

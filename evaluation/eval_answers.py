@@ -188,18 +188,11 @@ def summarise(rows: list[dict]) -> dict:
 
 @contextlib.contextmanager
 def asked_with(context: str | None) -> Iterator[None]:
-    """Within the block the model reads ``context`` ("passages": as before issue 47, no cell read in code
-    either; "lines"; None: as configured)."""
-    if context is None:
+    """Within the block, the checker as an answer that reads ``context`` needs it ("passages": as before
+    issue 47, no cell read in code either; "lines" or None: as it is). What the model reads is handed to
+    ``qa.ask`` itself (``reads=``)."""
+    with rules.off({"cell_read_in_code"} if context == "passages" else set()):
         yield
-        return
-    kept = config.ANSWER_CONTEXT
-    config.ANSWER_CONTEXT = context
-    try:
-        with rules.off({"cell_read_in_code"} if context == "passages" else set()):
-            yield
-    finally:
-        config.ANSWER_CONTEXT = kept
 
 
 def median(values: list[float | None], digits: int) -> float | None:
@@ -316,12 +309,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --replay: only unanswerable questions and those whose answer reached the model")
     args = parser.parse_args(argv)
     if args.replay:
-        return replay(args.replay, args.questions, model_choices(args), args.in_context, args.out)
+        return replay(args.replay, args.questions, model_choices(args), args.in_context, args.out, args.base_url)
     if args.recheck:
         return recheck(args.recheck, args.labels, args.pairs, args.questions)
     config.setup_logging(logging.WARNING)
-    args.store = eval_retrieval.use_extractor(args.extractor, args.store)
-    config.CHROMA_PERSIST_DIR = str(args.store)
+    args.store = eval_retrieval.extractor_store(args.extractor, args.store)  # locks and kept PDFs live in it (ingest.store_dir)
+    profile = eval_retrieval.ingest_profile(args.extractor)
 
     every = eval_retrieval.load_questions(args.questions)
     has_evidence = lambda q: not args.evidence or args.evidence in (q.get("evidence_sources") or [q["category"]])  # noqa: E731
@@ -332,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
         questions = sample([q for q in every if has_evidence(q)], args.answerable, args.unanswerable)
     client, embedder = ingest.get_client(str(args.store)), embedders.get_embeddings()
     pdf_dir = args.pdf_dir or eval_retrieval.default_pdf_dir(args.questions)
-    collections = eval_retrieval.ingest_needed(questions, pdf_dir, client, embedder)
+    collections = eval_retrieval.ingest_needed(questions, pdf_dir, client, embedder, profile)
     retriever = Retriever(client, embedder)
     if args.context_only:
         print(json.dumps(context_report(questions, collections, retriever), indent=1))
@@ -340,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     with open(args.out, "a", encoding="utf-8") as out:
         for choice in model_choices(args):
-            llm = models.get_chat_model(choice)
+            llm = models.get_chat_model(choice, args.base_url)
             name, label = choice_of(llm), models.chat_model_label(llm)  # "openai:" -> "openai:<the server's model>"
             rows = []
             arms = [(q, context) for i, q in enumerate(questions)
@@ -349,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
             for i, (q, context) in enumerate(arms, 1):
                 col = collections[q["doc"]]
                 with asked_with(context):
-                    answer = qa.answer_question(q["question"], retriever, llm=llm, scope=[col])
+                    answer = qa.answer_question(q["question"], retriever, llm=llm, scope=[col], reads=context)
                 gold_texts = eval_retrieval.gold_page_texts(q, col, retriever)
                 countable = eval_retrieval.evidence_countable(q, gold_texts)
                 row = {
@@ -510,9 +503,11 @@ def replay_summary(rows: list[dict]) -> dict:
     }
 
 
-def replay(rows_paths: list[Path], questions_path: Path, choices: list[str], only_in_context: bool, out_path: Path) -> int:
+def replay(rows_paths: list[Path], questions_path: Path, choices: list[str], only_in_context: bool, out_path: Path,
+           base_url: str | None = None) -> int:
     """Re-ask each stored row's passages with today's prompts, judge the new answers and print before and
-    after per model (``choices``: choice ids; a row stored under an embedded model's bare name is that model's).
+    after per model (``choices``: choice ids, an "openai:" one on the server at ``base_url``; a row stored under
+    an embedded model's bare name is that model's).
     A question stored twice is asked once."""
     config.setup_logging(logging.WARNING)
     bench = {q["question"]: q for q in eval_retrieval.load_questions(questions_path)}
@@ -520,7 +515,7 @@ def replay(rows_paths: list[Path], questions_path: Path, choices: list[str], onl
     with tempfile.TemporaryDirectory() as empty, open(out_path, "a", encoding="utf-8") as out:
         retriever = Retriever(ingest.get_client(empty), embedders.get_embeddings())  # only its embedder is used
         for choice in choices:
-            llm, rows, asked = models.get_chat_model(choice), [], set()
+            llm, rows, asked = models.get_chat_model(choice, base_url), [], set()
             name = choice_of(llm)
             for row in stored:
                 if as_choice(row["model"]) != name or row["question"] in asked:

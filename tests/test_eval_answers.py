@@ -114,7 +114,7 @@ def test_eval_answers_judges_a_model_on_an_openai_compatible_server(tmp_path, em
     questions = tmp_path / "questions.json"
     questions.write_text(json.dumps([{"question": "Who was the lighthouse keeper of Port Elwin?", "doc": "facts.pdf", "pages": [1],
                                       "answer": "Margaret Tolland", "category": "Pure-text (Plain-text)"}]))
-    # main() sets the store and the server's address in config: set here first, so both are put back after the test
+    # the settings name neither the store nor the server: main() hands both in (--store, --base-url)
     for name, value in {"CHROMA_PERSIST_DIR": "", "OPENAI_BASE_URL": "", "OPENAI_API_KEY": SERVER_KEY}.items():
         monkeypatch.setattr(config, name, value)
     monkeypatch.setattr(config, "setup_logging", lambda *args: None)  # no handlers on the test run's root logger
