@@ -108,7 +108,7 @@ def best_lines(question: str | ParsedQuestion, pages: list[Page], retriever: Ret
     texts = [hit.text for hit, *_ in candidates]
     collections = [hit.collection for hit, *_ in candidates]
     marked = domains.line_ranking(parsed.text, [line for _, line, *_ in candidates])
-    asked_on = holds_telling_word(parsed.query, texts, collections, retriever) | (marked if marked is not None else False)
+    asked_on = holds_telling_word(parsed, texts, collections, retriever) | (marked if marked is not None else False)
     tabled = {rank for _, line, rank, _ in candidates if line.kind == "row"}
     shown_pages = page_order([rank for _, _, rank, _ in candidates], asked_on, tabled)[: len(quotas)]
     # only the lines of the pages that show some are ranked (and embedded): a first question on new
@@ -116,7 +116,7 @@ def best_lines(question: str | ParsedQuestion, pages: list[Page], retriever: Ret
     kept = [i for i, (_, _, rank, _) in enumerate(candidates) if rank in shown_pages]
     candidates = [candidates[i] for i in kept]
     marked = marked[kept] if marked is not None and marked[kept].any() else None
-    keyword, meaning = retriever.line_scores(parsed.query, [texts[i] for i in kept], [collections[i] for i in kept])
+    keyword, meaning = retriever.line_scores(parsed, [texts[i] for i in kept], [collections[i] for i in kept])
     fused = fuse_lines(keyword, meaning, marked)
     line_pages = [rank for _, _, rank, _ in candidates]
     ranked = [int(i) for i in np.argsort(-fused, kind="stable")]
@@ -138,7 +138,7 @@ def best_lines(question: str | ParsedQuestion, pages: list[Page], retriever: Ret
     return shown
 
 
-def holds_telling_word(query: str, texts: list[str], collections: list[str], retriever: Retriever) -> np.ndarray:
+def holds_telling_word(query: ParsedQuestion, texts: list[str], collections: list[str], retriever: Retriever) -> np.ndarray:
     """Whether each line (``texts``, of documents ``collections``) holds a word of ``query`` that tells its
     document's pages apart: a keyword token of the question not printed on most of the pages, the words
     the keyword ranking reads (a company's name and year in every running head are not among them)."""

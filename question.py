@@ -26,11 +26,11 @@ misread can only search too much, never lose the question.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import domains
 import rules
-from text_utils import sentence_spans, years_named
+from text_utils import acronym_tokens, sentence_spans, tokenize, years_named
 
 # A lead-in "...question:" ends at its colon.
 _LEAD_IN = re.compile(r"^(?P<lead>[^:?]*\b(?:question|answer|analyst|respond)\b[^:?]*):\s*(?P<rest>.+)$", re.IGNORECASE | re.DOTALL)
@@ -54,7 +54,39 @@ class ParsedQuestion:
     query: str
     instructions: list[str] = field(default_factory=list)
     hints: list[str] = field(default_factory=list)  # marks of the pages it points at (domains.py: "balance sheet")
-    years: list[str] = field(default_factory=list)
+    years: list[str] = field(default_factory=list)  # named anywhere in the text, instructions included
+    _read: dict = field(default_factory=dict, repr=False, compare=False)  # the query's readings, made once each
+
+    def tokens(self, language: str | None = "en") -> list[str]:
+        """The query's words as a page in ``language`` is indexed (text_utils.tokenize), tokenised once per language."""
+        if ("tokens", language) not in self._read:
+            self._read["tokens", language] = tokenize(self.query, language)
+        return self._read["tokens", language]
+
+    def keywords(self, language: str | None = "en") -> list[str]:
+        """The query's keyword tokens in ``language`` (text_utils.keyword_tokens: its words, then its acronyms),
+        from ``tokens``: what the keyword search and the evidence lines rank by."""
+        if ("keywords", language) not in self._read:
+            self._read["keywords", language] = self.tokens(language) + acronym_tokens(self.query, language)
+        return self._read["keywords", language]
+
+    @property
+    def query_years(self) -> list[str]:
+        """The years the query names (its instructions left out), read once."""
+        if "years" not in self._read:
+            self._read["years"] = years_named(self.query)
+        return self._read["years"]
+
+    def searching(self, query: str) -> ParsedQuestion:
+        """This question searched as ``query`` (its acronyms spelled out by the library, routing.py): itself when
+        nothing changed, else a copy whose readings are made anew for the new text."""
+        return self if query == self.query else replace(self, query=query, _read={})
+
+
+def as_read(question: str | ParsedQuestion) -> ParsedQuestion:
+    """The question as read by the caller, or a text to search as written (nothing split off: the lab's
+    legs and tests search a string whole)."""
+    return question if isinstance(question, ParsedQuestion) else ParsedQuestion(text=question, query=question)
 
 
 def sentences(text: str) -> list[str]:

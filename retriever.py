@@ -69,7 +69,7 @@ import ingest
 import rules
 from pages import Page, page_text
 from records import Hit
-from question import ParsedQuestion, parse_question
+from question import ParsedQuestion, as_read, parse_question
 from routing import (
     DocumentProfile,
     distinctive_words,
@@ -399,7 +399,7 @@ class Retriever:
 
     # -- the legs -------------------------------------------------------------
 
-    def semantic(self, question: str, scope: list[str] | None = None, n: int | None = None) -> list[tuple[PageKey, float, str]]:
+    def semantic(self, question: str | ParsedQuestion, scope: list[str] | None = None, n: int | None = None) -> list[tuple[PageKey, float, str]]:
         """(page, cosine similarity of its best chunk, that chunk's id), best first, over in-scope documents.
 
         Exact cosine over the stored vectors held in memory (they are unit length,
@@ -410,7 +410,7 @@ class Retriever:
         if not self._ids:
             return []
         n = n or config.CANDIDATES
-        similarity = self._similarity(question)
+        similarity = self._similarity(as_read(question))
         if scope is not None:
             similarity[~self._scope_mask(self._row_owner, scope)] = -np.inf
         best = _top_indices(similarity, n)
@@ -434,19 +434,20 @@ class Retriever:
             self._query_embedders[embedder] = lru_cache(maxsize=1024)(self._model(embedder).embed_query)
         return np.asarray(self._query_embedders[embedder](text), dtype=np.float32)
 
-    def _similarity(self, question: str) -> np.ndarray:
+    def _similarity(self, question: ParsedQuestion) -> np.ndarray:
         """Cosine of the question with every chunk, each embedder's chunks with the question as that
         embedder reads it; a question naming a year is embedded once per way the library's documents
         write years (domains.wording_of), and each chunk is compared with its document's wording."""
         similarity = np.empty(len(self._ids), dtype=np.float32)
+        query = question.query
         for embedder, (rows, vectors) in self._vector_groups.items():
-            if not years_named(question):
-                similarity[rows] = vectors @ self._embed_query(embedder, question)
+            if not question.query_years:
+                similarity[rows] = vectors @ self._embed_query(embedder, query)
                 continue
             wordings = self._row_wording[rows]
             for code, wording in enumerate(self._wordings):
                 if (wordings == code).any():
-                    similarity[rows[wordings == code]] = vectors[wordings == code] @ self._embed_query(embedder, domains.in_wording(question, wording))
+                    similarity[rows[wordings == code]] = vectors[wordings == code] @ self._embed_query(embedder, domains.in_wording(query, wording))
         return similarity
 
     def similarities(self, question: str, texts: list[str], collections: list[str]) -> np.ndarray:
@@ -484,7 +485,7 @@ class Retriever:
             held = self._bm25.matrix[[self._bm25.vocab[w] for w in known]][:, columns].getnnz(axis=1)
             return {word for word, pages in zip(known, np.asarray(held).ravel()) if pages > share * len(columns)}
 
-    def keyword(self, question: str, scope: list[str] | None = None, n: int | None = None) -> list[tuple[PageKey, float]]:
+    def keyword(self, question: str | ParsedQuestion, scope: list[str] | None = None, n: int | None = None) -> list[tuple[PageKey, float]]:
         """(page, BM25 score) best first, only pages that share a term with the question."""
         self._refresh_if_stale()
         n = n or config.CANDIDATES
@@ -520,12 +521,14 @@ class Retriever:
                 break
         return candidates
 
-    def query_tokens(self, question: str, scope: list[str] | None = None) -> list[str]:
+    def query_tokens(self, question: str | ParsedQuestion, scope: list[str] | None = None) -> list[str]:
         """The question's keyword tokens as each language of the in-scope documents writes its pages
-        (a German page's words are stemmed German words): English's, then each other language's new ones."""
-        tokens = keyword_tokens(question)
+        (a German page's words are stemmed German words): English's, then each other language's new ones;
+        a ``ParsedQuestion`` is tokenised once per language, however often it is searched."""
+        question = as_read(question)
+        tokens = list(question.keywords())
         for language in sorted({self._languages[c] for c in self._in_scope(scope)} - {"en"}):
-            tokens += [t for t in dict.fromkeys(keyword_tokens(question, language)) if t not in tokens]
+            tokens += [t for t in dict.fromkeys(question.keywords(language)) if t not in tokens]
         return tokens
 
     def _scope_mask(self, owner_codes: np.ndarray, scope: list[str]) -> np.ndarray:
@@ -659,8 +662,9 @@ class Retriever:
             self._refresh_if_stale()
             self._check_scope(scope)
             query = self.spelled_out(query, scope) if steps.acronyms else query
-            semantic = self.semantic(query, scope) if mode != "bm25" or steps.page_refs or hints else []
-            keyword = self.keyword(query, scope) if mode != "semantic" else []
+            searched = parsed.searching(query) if parsed and steps.question_parsing else query  # read once, however often searched
+            semantic = self.semantic(searched, scope) if mode != "bm25" or steps.page_refs or hints else []
+            keyword = self.keyword(searched, scope) if mode != "semantic" else []
             named = self.named_pages(query, scope, semantic) if steps.page_refs else []
             hinted = self.hinted_pages(hints, scope, semantic) if hints else []
             if mode == "bm25":
@@ -723,7 +727,7 @@ class Retriever:
             pages.append(Page(hit, page_text(found), found))
         return pages
 
-    def line_scores(self, query: str, texts: list[str], collections: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    def line_scores(self, query: str | ParsedQuestion, texts: list[str], collections: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """Keyword and meaning scores of candidate lines (``texts``, of documents ``collections``) for ``query``.
 
         Keyword: BM25 over these lines for the query's words, leaving out, for each document, the words
@@ -737,7 +741,7 @@ class Retriever:
             common = self.words_on_most_pages(collection, words, config.EVIDENCE_COMMON_SHARE)
             rows = np.array([c == collection for c in collections])
             keyword[rows] = index.get_scores([w for w in words if w not in common])[rows]
-        return keyword, self.similarities(query, texts, collections)
+        return keyword, self.similarities(as_read(query).query, texts, collections)
 
     def page_passages(self, collection: str, page: int) -> list[Hit]:
         """Every stored chunk of one page, in reading order (``context.py`` picks what the model reads)."""

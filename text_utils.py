@@ -285,8 +285,13 @@ def keyword_tokens(text: str, language: str | None = "en") -> list[str]:
     Operators) must survive the stopword "to". (In German, where every noun is capitalised, only
     words in capitals count: "Neue Pakete" is no name.)
     """
+    return tokenize(text, language) + acronym_tokens(text, language)
+
+
+def acronym_tokens(text: str, language: str | None = "en") -> list[str]:
+    """The acronym tokens ``keyword_tokens`` adds to a text's words: acronym_tokens("Prosecution Services Staff") -> ["^pss"]"""
     names = [] if language in _CAPITALISED_NOUNS else initials(text)
-    return tokenize(text, language) + [f"^{letters}" for letters in names + sorted(acronyms_written(text))]
+    return [f"^{letters}" for letters in names + sorted(acronyms_written(text))]
 
 
 # -----------------------------------------------------------------------------

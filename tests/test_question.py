@@ -1,4 +1,4 @@
-"""Question parsing (question.py): pure functions."""
+"""Question parsing (question.py): what is searched, what says how to answer, and its readings made once."""
 
 from __future__ import annotations
 
@@ -43,3 +43,39 @@ def test_with_no_domain_a_question_has_no_hints(monkeypatch):
     parsed = parse_question("What is the year end FY2019 total amount of inventories? Answer in USD millions. "
                             "Base your judgments on the information provided primarily in the balance sheet.")
     assert parsed.hints == [] and parsed.query.startswith("What is the year end FY2019")
+
+
+def test_a_question_is_tokenised_once_per_language_and_searching_again_reads_nothing_anew():
+    parsed = parse_question("What was ACME's FY2019 capex? Answer in USD millions.")
+    assert parsed.keywords() == parsed.tokens() + ["^acme", "^fy2019"] and parsed.query_years == ["2019"]
+    assert parsed.keywords() is parsed.keywords() and parsed.tokens("de") is parsed.tokens("de")
+    assert parsed.searching(parsed.query) is parsed
+    spelled = parsed.searching("What was ACME's FY2019 capital expenditure?")
+    assert "expenditure" in spelled.keywords() and "expenditure" not in parsed.keywords()
+
+
+def test_the_search_and_the_evidence_lines_tokenise_the_question_once(store, embedder, three_page_pdf):
+    """From the question read to the evidence lines, every step (the keyword leg, the page routing, the lines'
+    ranking) takes the ParsedQuestion, so its text is tokenised once, not once per step."""
+    import sys
+
+    import evidence
+    import ingest
+    from retriever import Retriever
+
+    ingest.ingest_pdf(three_page_pdf, store, embedder)
+    retriever = Retriever(store, embedder)
+    parsed = parse_question("How many tonnes of fish were landed in 1911?")
+    tokenised = []
+
+    def watch(frame, event, arg):
+        if event == "call" and frame.f_code.co_name == "tokenize" and frame.f_locals.get("text") == parsed.query:
+            tokenised.append(frame.f_back.f_code.co_name)
+
+    sys.setprofile(watch)
+    try:
+        lines = evidence.best_lines(parsed, retriever.load_pages(retriever.search(parsed)), retriever)
+    finally:
+        sys.setprofile(None)
+    assert "3,200 tonnes" in lines[0].text
+    assert tokenised == ["tokens"]  # once, by ParsedQuestion.tokens
