@@ -187,9 +187,14 @@ DOMAINS = _env("DOMAINS", "finance")
 TOP_K = _env("TOP_K", 5)  # pages shown and cited per question
 HISTORY_TURNS = _env("HISTORY_TURNS", 3)  # earlier question/answer pairs shown to the model
 EVIDENCE_LINES = _env("EVIDENCE_LINES", 3)  # lines of the documents shown under the question (evidence.py)
-# What the model reads: "lines" (ANSWER_LINES evidence lines, [L1] the first shown) or "passages" (the pages'
-# best sentences and rows, about CONTEXT_CHARS, as before issue 47).
-ANSWER_CONTEXT = _env("ANSWER_CONTEXT", "lines")
+# What the model reads (reading.what_model_reads): "lines" (ANSWER_LINES evidence lines, [L1] the first shown),
+# "passages" (the pages' best sentences and rows, the evidence lines marked in them), or "auto": the lines for
+# the small models the app ships (what was measured best for them), passages for a model a person brings.
+ANSWER_CONTEXT = _env("ANSWER_CONTEXT", "auto")
+# Tokens of passages a brought model reads; 0: half its context length, at most PASSAGE_TOKENS_MAX. A model the
+# app ships reads CONTEXT_CHARS of passages (below), as measured.
+PASSAGE_TOKENS = _env("PASSAGE_TOKENS", 0)
+PASSAGE_TOKENS_MAX = _env("PASSAGE_TOKENS_MAX", 8000)  # five 10-K pages, about; more is slow to read on a CPU. Not measured
 # Lines the model reads, the EVIDENCE_LINES shown first among them. 3 (the lines on screen): on 16 held-out
 # analyst questions the 1.5B model was confidently wrong 2 times reading 3 lines, 5 reading 10, 4 reading passages,
 # right 2 times in each (docs/experiments/2026-11-27-answers-from-the-lines.md). A stronger model may read more.

@@ -8,7 +8,8 @@
            a short page whole; else first a window around each page's best unit,
            then more windows around the next best units anywhere, while budget lasts;
            a table row brings its table's header row along (the column names say which year)
-      -> one Hit per page whose text is its windows joined by " … "
+      -> one Hit per page whose text is its windows joined by " … ", and where in it the evidence lines
+         stand (``trace["marked"]``: reading.py marks them for the model)
 
 Retrieval finds the right page far more often than the single 800-character chunk it
 keeps holds the answer; reading a page's best sentences instead of its best chunk puts
@@ -88,8 +89,9 @@ def span_chars(page: Page, chosen: set[int]) -> int:
     return sum(page.spans[i][1] - page.spans[i][0] + 1 for i in chosen)
 
 
-def choose_context(question: str, pages: list[Page], budget: int | None = None) -> list[Hit]:
-    """One passage per ranked page holding the page's best sentences, all within ``budget`` characters."""
+def choose_context(question: str, pages: list[Page], budget: int | None = None, marked: list[Hit] = ()) -> list[Hit]:
+    """One passage per ranked page holding the page's best sentences, all within ``budget`` characters; each
+    line of ``marked`` (the evidence lines) that a passage holds whole is kept in its ``trace["marked"]``."""
     budget = budget or config.CONTEXT_CHARS
     weights = term_weights(question, [p.text[s:e] for p in pages for s, e in p.spans])
     chosen: list[set[int]] = []
@@ -111,11 +113,12 @@ def choose_context(question: str, pages: list[Page], budget: int | None = None) 
         if used + cost > budget:
             continue
         chosen[p_i], used = grown, used + cost
-    return [passage(page, units) for page, units in zip(pages, chosen) if units]
+    return [passage(page, units, marked) for page, units in zip(pages, chosen) if units]
 
 
-def passage(page: Page, chosen: set[int]) -> Hit:
-    """The chosen units of a page as one Hit: runs of adjacent units joined, runs separated by GAP."""
+def passage(page: Page, chosen: set[int], marked: list[Hit] = ()) -> Hit:
+    """The chosen units of a page as one Hit: runs of adjacent units joined, runs separated by GAP; the
+    ``marked`` lines of this page that lie whole in a run, as (start, end) in the passage's text."""
     runs: list[list[int]] = []
     for i in sorted(chosen):
         if runs and runs[-1][-1] == i - 1:
@@ -126,5 +129,19 @@ def passage(page: Page, chosen: set[int]) -> Hit:
     text = GAP.join(page.text[s:e] for s, e in spans)
     start, end = spans[0][0], spans[-1][1]
     boxes = [box for c in page.chunks if c.ocr_boxes and c.start < end and c.end > start for box in json.loads(c.ocr_boxes)]
-    return replace(page.hit, text=text, start=start, end=end, ocr_boxes=json.dumps(boxes) if boxes else "")
+    hit = replace(page.hit, text=text, start=start, end=end, ocr_boxes=json.dumps(boxes) if boxes else "")
+    if marks := marks_in(page, spans, marked):
+        hit.trace = {**hit.trace, "marked": marks}
+    return hit
+
+
+def marks_in(page: Page, spans: list[tuple[int, int]], lines: list[Hit]) -> list[tuple[int, int]]:
+    """Where each of ``lines`` on ``page`` stands in the passage made of the page's ``spans`` joined by GAP:
+    (start, end) in the passage's text, in reading order; a line not whole inside one span is left out."""
+    marks, offset = [], 0
+    for s, e in spans:
+        marks += [(offset + line.start - s, offset + line.end - s) for line in lines
+                  if (line.collection, line.page) == (page.hit.collection, page.hit.page) and s <= line.start < line.end <= e]
+        offset += e - s + len(GAP)
+    return sorted(set(marks))
 

@@ -733,6 +733,12 @@ def save_choice(choice: str) -> None:
 # What the rest of the app asks of any chat model
 
 
+def is_shipped(model: BaseChatModel) -> bool:
+    """Is ``model`` one of the small chat models the app ships and runs in-process (EMBEDDED_LLMS)? Any other
+    (Ollama's, a server's) is one a person brought."""
+    return isinstance(model, EmbeddedChatModel)
+
+
 def chat_model_label(model: BaseChatModel) -> str:
     """A short human label: 'Ollama llama3.2:3b', 'embedded Qwen2.5-Coder-1.5B-Instruct Q4_K_M',
     'qwen2.5-7b on http://gpu:8000/v1'."""

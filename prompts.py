@@ -92,6 +92,14 @@ SOURCE_BLOCK = "[{number}]\n<source>\nDocument: {doc_name}, page {page}{title}\n
 
 ANSWER_USER = "Sources:\n\n{sources}\n\nQuestion: {question}\n{shape}"
 
+# A model a person brings reads passages (reading.what_model_reads) with the evidence lines marked inside them:
+# what the app found most likely to answer, in the sentences around it.
+MARK_OPEN, MARK_CLOSE = "⟦", "⟧"
+MARKED_RULE = (
+    f"\nIn the sources, {MARK_OPEN} {MARK_CLOSE} mark the lines the app found most likely to answer; read the text "
+    "around them too, and cite the source number, not the marks."
+)
+
 # Instructions about the answer's form that came with the question (units, a persona, "state that ..."),
 # separated from it by question.parse_question so that only the question is searched.
 ANSWER_FORM = "Answer form: {instructions}"

@@ -15,8 +15,9 @@
       answered from the evidence    nothing_found   nothing close to the question: a fixed reply, no model call
                                     table_cell      the cell the question names by row and column (cells.py)
                                     domain_measure  a measure worked out from the pages' own lines (domains.py)
-                                    the_model       the model reads the lines [L1].. or the pages' passages [1]..
-                                                    (reading.py: as many as fit), its reply streams; a bare refusal
+                                    the_model       the model reads the lines [L1].. (a model the app ships) or the
+                                                    pages' passages [1].. with the lines marked (a model a person
+                                                    brings; reading.py: as many as fit), its reply streams; a bare refusal
                                                     is held back, a calculation it writes is worked out (calc.py)
       -> checked                    each sentence against the line or passage it cites (checker.py): unsupported
                                     sentences and numbers that name no source flagged; unmarked sentences
@@ -345,7 +346,8 @@ class Turn:
 
     @property
     def model_reads_lines(self) -> bool:
-        return (self.reads or config.ANSWER_CONTEXT) == "lines"
+        """Whether the model reads the evidence lines, not passages (reading.what_model_reads)."""
+        return reading.what_model_reads(self.llm, self.reads) == "lines"
 
 
 def ask(
@@ -365,7 +367,8 @@ def ask(
     "Reading 3 lines…", "Writing…", "Checking the citations…". Given ``passages``, the model reads
     those instead of what a search would find (``evaluation/eval_answers.py --replay`` re-asks stored passages,
     so a change of prompt is measured without the noise of retrieval). ``reads`` ("lines", "passages")
-    overrides what the model reads.
+    overrides what the model reads (reading.what_model_reads: by default the lines for a model the app
+    ships, passages with the lines marked for a model a person brings).
     """
     turn = Turn(question, retriever, llm, history or [], scope, k, on_stage or (lambda text: None), passages, reads, Answer(question))
     if stream := first_answer(turn, ANSWERED_WITHOUT_SEARCH):
@@ -481,7 +484,8 @@ def the_model(turn: Turn) -> AnswerStream:
     if as_lines:
         candidates = turn.answer.evidence
     else:
-        candidates = turn.given if turn.given is not None else context.choose_context(turn.query, turn.pages)
+        candidates = turn.given if turn.given is not None else context.choose_context(
+            turn.query, turn.pages, reading.passage_chars(turn.llm), marked=turn.answer.evidence)
     llm = turn.llm
     sources = reading.fit_sources(turn.asked, candidates, turn.history, lambda text: models.count_tokens(llm, text),
                                   models.context_length(llm), config.LLM_MAX_TOKENS, as_lines, turn.instructions)

@@ -3,9 +3,12 @@
     question, its instructions  -> question_for_prompt()   the question, then its form ("Answer form: ...")
     an OpenAI client's system   -> client_instructions()   kept apart from the chat's turns; language_asked()
     messages                                               reads the language they ask for
+    the chat model              -> what_model_reads()      the lines for a model the app ships, passages (within
+                                   passage_chars()         a budget from its context length) for a brought one
     sources                     -> format_lines()          evidence lines numbered [L1].. as the app shows them
-                                   format_source()         or passages numbered [1].., everything from a
-                                                           document fenced (safe_text.fence_text)
+                                   format_source()         or passages numbered [1].., the evidence lines marked
+                                                           ⟦ ⟧ in them; everything from a document fenced
+                                                           (safe_text.fence_text)
     rules + history + sources   -> build_messages()        the chat sent to the model (prompts.py holds every
                                                            word of it)
     the model's context length  -> fit_sources()           the best-ranked sources that fit beside the reply
@@ -21,11 +24,13 @@ import logging
 import re
 from collections.abc import Callable
 
+from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 import calc
 import config
 import domains
+import models
 import prompts
 import rules
 from checker import strip_markers
@@ -38,6 +43,37 @@ log = logging.getLogger(__name__)
 
 rules.register("answer_language", "the answer is in the language the asker's instructions name, else in the question's language",
                "tests/test_qa.py::test_rule_the_model_is_asked_to_answer_in_the_question_s_language")
+
+rules.register("what_model_reads", "a model the app ships reads the evidence lines it was measured best with; "
+               "a model a person brings reads the pages' passages, the lines marked in them, as much as its context holds",
+               "tests/test_reading.py::test_the_shipped_model_reads_lines_and_a_brought_model_reads_marked_passages", switchable=False)
+
+# Characters per token of English text, to turn a token budget into the characters context.py fills; the
+# prompt is then fitted with the model's own token counts (fit_sources), so a wrong guess costs a passage.
+CHARS_PER_TOKEN = 4
+
+
+def what_model_reads(llm: BaseChatModel, setting: str | None = None) -> str:
+    """Rule: a model the app ships reads the evidence lines it was measured best with; a model a person brings reads the pages' passages, the lines marked in them, as much as its context holds.
+
+    "lines" or "passages": ``setting`` (else ANSWER_CONTEXT) when it is not "auto". The lines were chosen on the
+    1.5B default, which reads a few lines well and a page badly (docs/experiments/2026-11-27-answers-from-the-lines.md);
+    a stronger model needs the rows and sentences around them, as the peers give theirs.
+    """
+    chosen = setting or config.ANSWER_CONTEXT
+    if chosen != "auto":
+        return chosen
+    return "lines" if models.is_shipped(llm) else "passages"
+
+
+def passage_chars(llm: BaseChatModel) -> int:
+    """Characters of passages the model reads: CONTEXT_CHARS for a model the app ships (as measured); for a
+    brought model, PASSAGE_TOKENS, else half its context length up to PASSAGE_TOKENS_MAX, in characters."""
+    if models.is_shipped(llm):
+        return config.CONTEXT_CHARS
+    tokens = config.PASSAGE_TOKENS or min(models.context_length(llm) // 2, config.PASSAGE_TOKENS_MAX)
+    return tokens * CHARS_PER_TOKEN
+
 
 def answer_shape(question: str) -> str:
     """answer_shape("Compare the 2019 and 2020 revenue") -> "compare" """
@@ -100,11 +136,24 @@ def language_asked(instructions: str) -> str | None:
 
 def format_source(number: int, hit: Hit) -> str:
     """One numbered source for the prompt: name, page, title and text all inside the fence,
-    any fence tag in them neutralised (a page saying "</source> Ignore the rules" stays data)."""
+    any fence tag in them neutralised (a page saying "</source> Ignore the rules" stays data);
+    the evidence lines it holds (``trace["marked"]``, context.py) between ⟦ ⟧."""
     title = f" — {fence_text(hit.title)}" if hit.title else ""
     return prompts.SOURCE_BLOCK.format(
-        number=number, doc_name=fence_text(hit.doc_name), page=hit.page, title=title, text=fence_text(hit.text)
+        number=number, doc_name=fence_text(hit.doc_name), page=hit.page, title=title, text=fence_text(marked_text(hit))
     )
+
+
+def marked_text(hit: Hit) -> str:
+    """The passage's text with its marked lines between ⟦ ⟧; a mark the page itself prints is made a bracket,
+    so a page cannot mark a line of its own choosing.
+
+    marked_text(Hit(text="Cash 5. Debt 7.", trace={"marked": [(8, 15)]}, ...)) -> "Cash 5. ⟦Debt 7.⟧"
+    """
+    text = hit.text.replace(prompts.MARK_OPEN, "[").replace(prompts.MARK_CLOSE, "]")
+    for start, end in sorted(hit.trace.get("marked", []), reverse=True):
+        text = f"{text[:start]}{prompts.MARK_OPEN}{text[start:end]}{prompts.MARK_CLOSE}{text[end:]}"
+    return text
 
 
 def format_lines(lines: list[Hit]) -> str:
@@ -129,6 +178,8 @@ def build_messages(
     ``instructions`` (an OpenAI client's system messages) go after the question, fenced like the documents,
     with a rule that they shape the answer's form and language only."""
     system = prompts.LINES_SYSTEM if as_lines else prompts.ANSWER_SYSTEM
+    if not as_lines and any(hit.trace.get("marked") for hit in sources):
+        system += prompts.MARKED_RULE
     messages: list[BaseMessage] = [SystemMessage(system + prompts.INSTRUCTIONS_RULE if instructions else system)]
     for role, text in history[-2 * config.HISTORY_TURNS :]:
         messages.append(HumanMessage(text) if role == "user" else AIMessage(strip_markers(text)))

@@ -439,20 +439,18 @@ def answer_store():
 def stream_answer(llm, retriever, question: str, first_token_only: bool = False, context: str | None = None) -> dict:
     """Ask ``question`` the way qa.ask does (retrieve, find the lines, fit what the model reads, stream) minus
     the citation check, as a question (labelling waits); seconds are counted from the question, as in the app.
-    ``context``: what the model reads, "lines" or "passages" (default: config.ANSWER_CONTEXT)."""
+    ``context``: what the model reads, "lines" or "passages" (default: what suits it, reading.what_model_reads)."""
     import context as passage_context
     import evidence
     import models
     import reading
 
-    as_lines = (context or config.ANSWER_CONTEXT) == "lines"
+    as_lines = reading.what_model_reads(llm, context) == "lines"
     with models.QUESTIONS.asking():
         t0 = time.perf_counter()
         pages = retriever.load_pages(retriever.search(question))
-        if as_lines:
-            read = evidence.best_lines(question, pages, retriever, more=config.ANSWER_LINES - config.EVIDENCE_LINES)
-        else:
-            read = passage_context.choose_context(question, pages)
+        lines = evidence.best_lines(question, pages, retriever, more=config.ANSWER_LINES - config.EVIDENCE_LINES if as_lines else 0)
+        read = lines if as_lines else passage_context.choose_context(question, pages, reading.passage_chars(llm), marked=lines)
         sources = reading.fit_sources(question, read, [], lambda text: models.count_tokens(llm, text),
                                  models.context_length(llm), config.LLM_MAX_TOKENS, as_lines)
         messages = reading.build_messages(question, sources, [], as_lines)
@@ -481,12 +479,13 @@ def time_answers(choice: str, questions: list[str], contexts: list[str] | None =
     import statistics
 
     import models
+    import reading
 
     _, retriever = answer_store()
-    contexts = contexts or [config.ANSWER_CONTEXT]
     t = time.perf_counter()
     llm = models.get_chat_model(choice, base_url)
     load_s = time.perf_counter() - t  # for a server: asking it for the model, its context length and /tokenize
+    contexts = contexts or [reading.what_model_reads(llm)]
     count = lambda text: models.count_tokens(llm, text)  # noqa: E731
     samples = {c: {"prompt_tokens": [], "cached_prompt_tokens": [], "first_token_s": [], "tokens_per_s": [], "answer_tokens": [],
                    "total_s": []} for c in contexts}
@@ -1127,7 +1126,7 @@ def main(argv: list[str] | None = None) -> int:
     add_model_flags(p, ["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
     p.add_argument("--questions", type=int, default=10, help="how many of input_data's questions to ask")
     p.add_argument("--contexts", nargs="+", choices=["lines", "passages"],
-                   help="what the model reads, each asked in turn per question (default: ANSWER_CONTEXT)")
+                   help="what the model reads, each asked in turn per question (default: what suits the model, ANSWER_CONTEXT)")
     p.add_argument("--while-labelling", action="store_true", help="first token with page labelling idle vs running")
     p.add_argument("--seed", type=int, default=17, help="when, into the labelling, each question arrives")
     p.add_argument("--json", type=Path)

@@ -72,6 +72,7 @@ import eval_retrieval
 import ingest
 import models
 import qa
+import reading
 import rules
 from evaluation.bench import add_model_flags, as_choice, choice_of, model_choices
 from records import Hit
@@ -303,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="no LLM: page hit and answer-in-context of the best chunks vs the chosen context")
     parser.add_argument("--contexts", nargs="+", choices=["passages", "lines"],
                         help="ask each question once per context, in turn (order alternating), in one run: "
-                             "what the model reads (config.ANSWER_CONTEXT); with passages, no cell is read in code either")
+                             "what the model reads (default: what suits the model, reading.what_model_reads); with passages, no cell is read in code either")
     parser.add_argument("--replay", type=Path, nargs="+", help="re-ask the passages stored in these rows with today's prompts")
     parser.add_argument("--in-context", action="store_true",
                         help="with --replay: only unanswerable questions and those whose answer reached the model")
@@ -346,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
                 gold_texts = eval_retrieval.gold_page_texts(q, col, retriever)
                 countable = eval_retrieval.evidence_countable(q, gold_texts)
                 row = {
-                    "context": context or config.ANSWER_CONTEXT,
+                    "context": context or reading.what_model_reads(llm),
                     "model": name,
                     "model_label": label,
                     "written_by": answer.model,
