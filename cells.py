@@ -28,16 +28,19 @@ from text_utils import POSSESSIVE, YEAR_TOKEN, YEAR_WORDED, tokenize, without_s,
 if TYPE_CHECKING:
     from records import Hit
 
-_TEST = "tests/test_cells.py::"
-rules.register("lookup_words", 'words that ask for a value without naming one ("what was the amount reported at the end of ...")',
-               _TEST + "test_rule_words_that_ask_for_a_value_name_no_other_thing")
-rules.register("asks_more", "a question that asks whether, why, or for a value's change or average asks more than one printed cell "
-               '(a printed "ratio" or "share" row is a cell like any other)', _TEST + "test_rule_a_question_asking_whether_or_for_a_change_asks_more_than_a_cell",
-               forbids=True)
-rules.register("lookup_only", "only a question asking for one value as printed is answered by a cell",
-               _TEST + "test_rule_only_a_question_asking_one_printed_value_is_a_lookup", forbids=True)
-rules.register("unaccounted_word", "a word of the question that neither the cell nor its table nor its document accounts for asks something else",
-               _TEST + "test_rule_a_word_no_cell_accounts_for_asks_something_else", forbids=True)
+# The rules of this module (rules.py): name, principle as its "Rule:" line states it, its test, whether it forbids
+_RULES = [
+    ("lookup_words", 'words that ask for a value without naming one ("what was the amount reported at the end of ...")',
+     "test_rule_words_that_ask_for_a_value_name_no_other_thing", False),
+    ("asks_more", "a question that asks whether, why, or for a value's change or average asks more than one printed cell "
+     '(a printed "ratio" or "share" row is a cell like any other)', "test_rule_a_question_asking_whether_or_for_a_change_asks_more_than_a_cell", True),
+    ("lookup_only", "only a question asking for one value as printed is answered by a cell",
+     "test_rule_only_a_question_asking_one_printed_value_is_a_lookup", True),
+    ("unaccounted_word", "a word of the question that neither the cell nor its table nor its document accounts for asks something else",
+     "test_rule_a_word_no_cell_accounts_for_asks_something_else", True),
+]
+for _name, _principle, _test, _forbids in _RULES:
+    rules.register(_name, _principle, "tests/test_cells.py::" + _test, forbids=_forbids)
 
 # Rule: words that ask for a value without naming one ("what was the amount reported at the end of ...").
 LOOKUP_WORDS = frozenset("amount amounts value values figure figures number reported report end ending ended year years "
