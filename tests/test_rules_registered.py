@@ -131,13 +131,22 @@ def test_every_registered_rule_names_a_test_that_exists():
         assert re.search(rf"^def {re.escape(test)}\(", (ROOT / path).read_text(encoding="utf-8"), re.MULTILINE), (name, rule.test)
 
 
-@pytest.mark.parametrize("name", [name for name, rule in rules.REGISTRY.items() if rule.switchable])
+def _own_test(name: str):
+    path, _, test = rules.REGISTRY[name].test.partition("::")
+    return getattr(importlib.import_module(Path(path).stem), test)  # tests/ is on the path, as for conftest
+
+
+# A rule whose test needs a store, a model or a server is slow to show switched off, as its own test is
+SWITCHED = [pytest.param(name, id=name, marks=[pytest.mark.slow] if inspect.signature(_own_test(name)).parameters else [])
+            for name, rule in rules.REGISTRY.items() if rule.switchable]
+
+
+@pytest.mark.parametrize("name", SWITCHED)
 def test_a_rule_switched_off_by_name_fails_its_own_test(name, request):
     """Each switchable rule's own test fails without it: the switch reaches the rule, and the test tests it.
     A test that takes fixtures is given them here (its module's own fixtures are imported above) and is run
     switched off only: switched on, it runs in its own module."""
-    path, _, test = rules.REGISTRY[name].test.partition("::")
-    own_test = getattr(importlib.import_module(Path(path).stem), test)  # tests/ is on the path, as for conftest
+    own_test = _own_test(name)
     fixtures = list(inspect.signature(own_test).parameters)
     if not fixtures:
         own_test()  # in force: passes

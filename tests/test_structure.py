@@ -9,6 +9,7 @@ circle at run time, so there only run-time imports count.
 from __future__ import annotations
 
 import ast
+from functools import lru_cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,6 +30,7 @@ def _type_only(tree: ast.Module) -> set[int]:
     return lines
 
 
+@lru_cache(maxsize=1)
 def import_graph() -> dict[str, set[str]]:
     """Each module of the app -> the modules of the app it imports."""
     modules = _module_names()
