@@ -54,7 +54,6 @@ class ParsedQuestion:
     query: str
     instructions: list[str] = field(default_factory=list)
     hints: list[str] = field(default_factory=list)  # marks of the pages it points at (domains.py: "balance sheet")
-    years: list[str] = field(default_factory=list)  # named anywhere in the text, instructions included
     _read: dict = field(default_factory=dict, repr=False, compare=False)  # the query's readings, made once each
 
     def tokens(self, language: str | None = "en") -> list[str]:
@@ -71,7 +70,7 @@ class ParsedQuestion:
         return self._read["keywords", language]
 
     @property
-    def query_years(self) -> list[str]:
+    def years(self) -> list[str]:
         """The years the query names (its instructions left out), read once."""
         if "years" not in self._read:
             self._read["years"] = years_named(self.query)
@@ -135,5 +134,4 @@ def parse_question(text: str) -> ParsedQuestion:
         instructions=instructions,
         # pages named anywhere, in the question or beside it, are where the answer is printed
         hints=list(dict.fromkeys(domains.pages_named(" ".join(instructions + asked)) + domains.pages_needed(" ".join(asked)))),
-        years=years_named(text),
     )

@@ -441,7 +441,7 @@ class Retriever:
         similarity = np.empty(len(self._ids), dtype=np.float32)
         query = question.query
         for embedder, (rows, vectors) in self._vector_groups.items():
-            if not question.query_years:
+            if not question.years:
                 similarity[rows] = vectors @ self._embed_query(embedder, query)
                 continue
             wordings = self._row_wording[rows]

@@ -47,7 +47,7 @@ def test_with_no_domain_a_question_has_no_hints(monkeypatch):
 
 def test_a_question_is_tokenised_once_per_language_and_searching_again_reads_nothing_anew():
     parsed = parse_question("What was ACME's FY2019 capex? Answer in USD millions.")
-    assert parsed.keywords() == parsed.tokens() + ["^acme", "^fy2019"] and parsed.query_years == ["2019"]
+    assert parsed.keywords() == parsed.tokens() + ["^acme", "^fy2019"] and parsed.years == ["2019"]
     assert parsed.keywords() is parsed.keywords() and parsed.tokens("de") is parsed.tokens("de")
     assert parsed.searching(parsed.query) is parsed
     spelled = parsed.searching("What was ACME's FY2019 capital expenditure?")
