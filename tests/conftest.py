@@ -70,7 +70,7 @@ def image_only_page(doc: pymupdf.Document, text: str) -> None:
 
 # A test that loads a model, opens a store or starts a server is "slow"; the others run in seconds:
 # `python -m pytest -m "not slow"` while editing, the whole suite before a commit (and in CI).
-HEAVY_FIXTURES = {"embedder", "llm", "default_llm", "store", "llama_server", "serve_app", "ollama_server"}
+HEAVY_FIXTURES = {"embedder", "llm", "default_llm", "store", "llama_server", "serve_app", "ollama_server", "open_api", "token_api"}
 
 
 def pytest_configure(config):
