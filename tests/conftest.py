@@ -195,10 +195,16 @@ class FakeOllama(BaseHTTPRequestHandler):
         pass
 
 
+def serving(handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
+    """A stand-in server on a free port of this machine, answering with ``handler`` on a thread of its own."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
 @pytest.fixture
 def ollama_server(monkeypatch):
-    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeOllama)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = serving(FakeOllama)
     monkeypatch.setattr(config, "OLLAMA_BASE_URL", f"http://127.0.0.1:{server.server_port}")
     monkeypatch.setattr(config, "OPENAI_BASE_URL", "")  # "auto" would try a model server first
     embedders.get_embeddings.cache_clear()

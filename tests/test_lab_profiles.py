@@ -7,12 +7,11 @@ from __future__ import annotations
 import ast
 import dataclasses
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
-from conftest import FACT_PAGES, REPO, write_text_pdf
+from conftest import FACT_PAGES, REPO, serving, write_text_pdf
 
 import config
 import embedders
@@ -210,8 +209,7 @@ class ModelServer(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def model_server(monkeypatch):
-    server = ThreadingHTTPServer(("127.0.0.1", 0), ModelServer)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = serving(ModelServer)
     monkeypatch.setattr(ModelServer, "asked", [])
     monkeypatch.setattr(config, "OPENAI_BASE_URL", "")  # the settings name no server
     models.forget_chat_models()
