@@ -284,8 +284,30 @@ _REFERENCE = re.compile(r"\b(?:pages?|pp?\.|slides?|figures?|fig\.|tables?|secti
 _ORDINAL = re.compile(r"\d+(?:st|nd|rd|th)")  # "the 2nd objective": a position the answer must find, not a name
 
 
+# The question's readings, made once per question: the checker asks for them for every sentence and source.
+
+
+@functools.lru_cache(maxsize=64)
+def question_words(question: str) -> frozenset[str]:
+    """The question's tokens (text_utils.tokenize)."""
+    return frozenset(tokenize(question))
+
+
+@functools.lru_cache(maxsize=64)
+def question_names(question: str) -> frozenset[str]:
+    """The words the question writes as names (``names_in``)."""
+    return frozenset(names_in(question))
+
+
+@functools.lru_cache(maxsize=64)
+def question_cell_words(question: str) -> frozenset[str]:
+    """The question's words as a table's cells are named by them (``cells.words_of``)."""
+    return frozenset(cells_module.words_of(question))
+
+
 @rules.switch("subject_exempt", stand_in=frozenset())
-def subject_figures(question: str) -> set[str]:
+@functools.lru_cache(maxsize=64)
+def subject_figures(question: str) -> frozenset[str]:
     """Rule: the question's subject need not be repeated by a passage, but any other number it names is a fact to back.
     The question's figures that name its subject, not a fact: years ("FY2023"), references
     ("page 14", "Table 2") and digits inside names ("Q3", "GPT-4o"). Any other number the question
@@ -295,7 +317,7 @@ def subject_figures(question: str) -> set[str]:
     """
     named = [name for name in names_in(" " + question) if any(c.isalpha() for c in name) and not _ORDINAL.fullmatch(name)]
     inside_names = {n for name in named for n in numbers_in(name)}
-    return years_in(question) | set(_REFERENCE.findall(question)) | inside_names
+    return frozenset(years_in(question) | set(_REFERENCE.findall(question)) | inside_names)
 
 
 @rules.switch("shared_references", stand_in=frozenset())
@@ -374,13 +396,14 @@ _NEGATION = re.compile(r"\b(?:not|no|never|without|none)\b|n['’]t\b", re.IGNOR
 _VERDICT = re.compile(r"^\W*(?:yes|no)\b\W*", re.IGNORECASE)  # "No, ..." answers a yes/no question; it denies nothing on the page
 
 
-def _label_words(text: str) -> set[str]:
+def _label_words(text: str, tokens: frozenset[str] | None = None) -> set[str]:
     """The words that say what a figure is: tokens without digits, and "not" when the text negates
     ("do not go online" is another group than "go online"; the stopword list drops "not").
 
     _label_words("Net sales 2023 3,226.8") -> {"net", "sales"}; _label_words("do not go online") -> {"go", "online", "not"}
+    ``tokens``: the text's tokens, when they were read already (a question's, ``question_words``).
     """
-    words = {w for w in tokenize(text) if not any(c.isdigit() for c in w)}
+    words = {w for w in (tokenize(text) if tokens is None else tokens) if not any(c.isdigit() for c in w)}
     return words | {"not"} if _NEGATION.search(text) else words
 
 
@@ -595,10 +618,10 @@ def under_another_label(claim: str, passage: str, question: str = "") -> bool:
     """
     lines = passage.split("\n")
     rows = labelled_values(lines)
-    words = _label_words(claim) | _label_words(question)
+    words = _label_words(claim) | _label_words(question, question_words(question))
     # what the claim says the figure is, its subject aside (a measure asked of "cash conversion cycle"
     # lists "Inventories, 2021: 6,854": the question's "cash" picks no row)
-    said = _label_words(claim) - {without_possessive(n) for n in names_in(question) | names_in(claim)}
+    said = _label_words(claim) - {without_possessive(n) for n in question_names(question) | names_in(claim)}
     fit = lambda label: len(label & words) / len(label)  # noqa: E731  (the share of the row's label the claim says)
     in_prose = set().union(*(numbers_in(line) for line in lines if not FIGURES_LINE.match(line)))
     # a year or a span of years ("2003-04") heads a column or a row; it is no figure of one
@@ -649,14 +672,15 @@ def _lacks_said_qualifier(label: set[str], other_labels: list[set[str]], said: s
 _CODE = re.compile(r"^[a-z]{1,5}-?\d{1,4}$")  # "ar01", "q3", "gpt-4", "p-10"; not "2nd", "75k"
 
 
-def question_keys(question: str) -> set[str]:
+@functools.lru_cache(maxsize=64)
+def question_keys(question: str) -> frozenset[str]:
     """What the question looks up a row by: codes ("AR01", "Q3") and whole numbers that are neither
     years nor page or table references ("error numbers 88 and 188"), lower-cased.
 
     question_keys("What is the market name for EPS Code AR01 on page 9?") -> {"ar01"}
     """
     codes = {w for w in names_in(" " + question) if _CODE.match(w)}
-    return codes | {n for n in numbers_in(question) - subject_figures(question) if n.isdigit()}
+    return frozenset(codes | {n for n in numbers_in(question) - subject_figures(question) if n.isdigit()})
 
 
 def _shape(token: str) -> str:
@@ -705,7 +729,7 @@ def beside_another_key(claim: str, passage: str, question: str) -> bool:
         return False
     if not any(k in keys for _, k in marks):
         return any(not k.isdigit() for _, k in marks)  # other codes only; a bare number is too common to rule out a page
-    answer_words = _label_words(claim) - set(tokenize(question)) - {"not"}
+    answer_words = _label_words(claim) - question_words(question) - {"not"}
     overlaps = [len(answer_words & set(tokenize(line))) for line in lines]
     if not answer_words or not max(overlaps):
         return False
@@ -796,10 +820,10 @@ def answer_beside_question(claim: str, passage: str, question: str) -> bool:
             rules.on("no_side_by_side_for_colours") and _COLOUR.search(where)):
         return False
     asked = {without_s(w) for w in tokenize(_REFERENCE.sub(" ", where))}
-    added = {without_s(w) for w in tokenize(claim)} - {without_s(w) for w in tokenize(question)}
+    added = {without_s(w) for w in tokenize(claim)} - {without_s(w) for w in question_words(question)}
     page_words = {without_s(w) for w in tokenize(passage)}
     on_page = asked & page_words
-    names = {without_s(w) for w in tokenize(" ".join(names_in(question)))}  # what picks the item: "Safety Connect"
+    names = {without_s(w) for w in tokenize(" ".join(question_names(question)))}  # what picks the item: "Safety Connect"
     if not added or not on_page or not names <= page_words:
         return False
     # a name stands above its role ("Rick Scott" / "GOVERNOR"); a figure belongs to the label above it,
@@ -889,7 +913,7 @@ def _in_unnamed_column_of_row(claim: str, passage: str, question: str) -> bool:
         return False
     named = [value for head, value in cells if cells_module.names_column(head, cells_module.words_of(claim), years_in(claim))]
     if not named:
-        asked = cells_module.words_of(question)
+        asked = question_cell_words(question)
         named = [value for head, value in cells if cells_module.names_column(head, asked, years_in(question))]
     if not named:
         return False
@@ -910,7 +934,7 @@ def rows_named_less(claim: str, question: str, sources: list[Hit]) -> frozenset[
     said = cells_module.words_of(claim)
     named = {i: len(words) for i, words in labels.items() if words and words <= said}
     if not named:
-        said = said | cells_module.words_of(question)
+        said = said | question_cell_words(question)
         named = {i: len(words) for i, words in labels.items() if words and words <= said}
     most = max(named.values(), default=0)
     return frozenset(i for i, size in named.items() if size < most)
@@ -927,8 +951,9 @@ def support_scores(sentence: str, sources: list[Hit], question: str = "", unknow
     if unknown & {without_possessive(w.lower()) for w in WRITTEN_WORD.findall(claim)}:
         return [0.0] * len(sources)
     # the question's subject ("Ulta Beauty", "FY2023"): its tokens that its plain lower-case words do not make
-    plain = " ".join(w for w in WRITTEN_WORD.findall(question) if without_possessive(w.lower()) not in names_in(question))
-    subject = (set(tokenize(question)) - set(tokenize(plain.lower()))) | years_in(question)
+    names = question_names(question)
+    plain = " ".join(w for w in WRITTEN_WORD.findall(question) if without_possessive(w.lower()) not in names)
+    subject = (question_words(question) - set(tokenize(plain.lower()))) | years_in(question)
     scores = []
     less_named = rows_named_less(claim, question, sources)
     for i, hit in enumerate(sources):

@@ -567,3 +567,34 @@ def test_a_row_with_leader_dots_backs_its_figure():
     assert checked.supported  # the dots end no sentence: the label and its figures are one place
     [other] = checker.verify_answer("Net cash provided by operating activities, 2023: 7,100 [1]", [hit])
     assert not other.supported
+
+
+def test_the_checker_reads_its_question_once_however_many_sentences_and_sources():
+    """Its words, names, subject figures and cell words are read once per question, not per sentence × source."""
+    import sys
+
+    question = "How many tonnes of fish did the Port Elwin fleet land in 1911?"
+    sources = [_hit("In 1911 the catch reached 3,200 tonnes, a record for the coast.", 2),
+               _hit("The railway reached the town in 1889.", 3)]
+    sentence = "In 1911 the catch reached 3,200 tonnes [1]. The railway reached the town in 1889 [2]. "
+
+    def readings(answer: str) -> list[str]:
+        for reading in (checker.question_words, checker.question_names, checker.question_cell_words,
+                        checker.subject_figures.__wrapped__, checker.question_keys):
+            reading.cache_clear()  # read anew here, whatever another test asked before
+        read = []
+
+        def watch(frame, event, arg):
+            if event == "call" and frame.f_code.co_name in {"tokenize", "names_in"} and frame.f_locals.get("text") in (question, " " + question):
+                read.append(frame.f_code.co_name)
+
+        sys.setprofile(watch)
+        try:
+            checked = checker.verify_answer(answer, sources, question)
+        finally:
+            sys.setprofile(None)
+        assert all(s.supported for s in checked)
+        return sorted(read)
+
+    once = readings(sentence)
+    assert once == readings(sentence * 4) and once.count("tokenize") <= 2  # its words, and its words as cells name them
