@@ -9,6 +9,8 @@
                                          or holds only in the wrong place (unbacked_detail)
                 -> verify_answer()       CheckedSentence per sentence, with verified, co-cited
                                          and inferred Citations
+    question    -> question_words(), question_names(), subject_figures(), ...
+                                         read once per question and kept: every sentence × passage asks
 
 A number is backed only where the passage says it about the same thing: in the sentence
 or table cell (row label + column header + cell, for Markdown pipe tables) whose words fit
