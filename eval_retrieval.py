@@ -115,8 +115,10 @@ PERTURB_ABLATIONS = ("semantic", "bm25", "hybrid-main", "hybrid")
 DEFAULT_QUESTIONS = Path(config.INPUT_DATA_DIR) / "eval_questions.json"
 EXTRACTORS = ["text", "layout"]  # values of the EXTRACTOR setting
 DEFAULT_STORE = config.BASE_DIR / "chroma_store_eval"
+EVIDENCE_FIRST = 1  # evidence@1: the first line shown is a gold evidence line
 EVIDENCE_AT = 3  # evidence@3: a gold evidence line among the first three lines shown
 EVIDENCE_READ = 8  # evidence@8: among the first eight of the lines the model reads (best_lines(n=3, more=7))
+EVIDENCE_CUTS = (EVIDENCE_FIRST, EVIDENCE_AT, EVIDENCE_READ)
 JUDGES = ("overlap", "states")  # the line overlaps the gold; the line also states a figure of it (``states_answer``)
 NGRAM = 6  # words per n-gram when a line is matched against an evidence quote
 
@@ -303,8 +305,8 @@ def evidence_key(judge: str, at: int) -> str:
 
 
 def evidence_keys() -> list[str]:
-    """Every evidence figure a hybrid row carries: each judge at 3 (shown) and 8 (read)."""
-    return [evidence_key(judge, at) for judge in JUDGES for at in (EVIDENCE_AT, EVIDENCE_READ)]
+    """Every evidence figure a hybrid row carries: each judge at 1 (the first line), 3 (shown) and 8 (read)."""
+    return [evidence_key(judge, at) for judge in JUDGES for at in EVIDENCE_CUTS]
 
 
 def words(text: str) -> list[str]:
@@ -528,7 +530,7 @@ def evaluate(retriever: Retriever, questions: list[dict], collections: dict[str,
                     lines = evidence.best_lines(q["question"], retriever.load_pages(hits), retriever, n=EVIDENCE_AT,
                                                 more=EVIDENCE_READ - EVIDENCE_AT) if with_evidence else []  # the first 3 are those shown
                     for judge in JUDGES:
-                        for at in (EVIDENCE_AT, EVIDENCE_READ):
+                        for at in EVIDENCE_CUTS:
                             row[evidence_key(judge, at)] = (int(evidence_shown(q, lines, collections[q["doc"]], retriever, at, judge))
                                                             if countable[id(q)] and with_evidence else None)
                     row["evidence"] = row[evidence_key("overlap", EVIDENCE_AT)]  # the figure's name before both judges

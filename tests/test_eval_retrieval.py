@@ -127,7 +127,9 @@ def test_evaluate_reports_evidence_at_3_as_the_inputs_imply(tmp_path, store, emb
         assert [r[key] for r in rows] == [1, 0, 1, None]
 
     table = eval_retrieval.metrics_table(results)
-    assert "| hit@2 | evidence@3 | evidence@8 | states@3 | states@8 |" in table and "| doc/hybrid | 1.0 | 0.667 |" in table
+    assert "| hit@2 | evidence@1 | evidence@3 | evidence@8 | states@1 | states@3 | states@8 |" in table
+    [hybrid_row] = [line.split("|") for line in table.splitlines() if line.startswith("| doc/hybrid |")]
+    assert [cell.strip() for cell in hybrid_row[2:5:2]] == ["1.0", "0.667"]  # hit@2, evidence@3
     [bm25] = [line.split("|") for line in table.splitlines() if line.startswith("| doc/bm25 |")]
     assert bm25[3].strip() == "-"
     report = eval_retrieval.markdown_report(results, tmp_path / "questions.jsonl")
