@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import calc
 import rules
 from pages import row_cells, unit_above
-from text_utils import POSSESSIVE, YEAR_TOKEN, YEAR_WORDED, tokenize, without_s, years_in, years_named
+from text_utils import MONTHS, POSSESSIVE, YEAR_TOKEN, YEAR_WORDED, months_in, tokenize, without_s, years_in, years_named
 
 if TYPE_CHECKING:
     from records import Hit
@@ -38,13 +38,27 @@ _RULES = [
      "test_rule_only_a_question_asking_one_printed_value_is_a_lookup", True),
     ("unaccounted_word", "a word of the question that neither the cell nor its table nor its document accounts for asks something else",
      "test_rule_a_word_no_cell_accounts_for_asks_something_else", True),
+    ("form_words", 'a unit or a kind of period the question asks the answer in ("in thousands", "USD", "fiscal year") says its form, '
+     "not which cell", "test_rule_a_unit_or_a_kind_of_period_says_the_answers_form_not_which_cell", False),
+    ("document_names", "a name the document gives itself on its first pages or in its file name says whose figure is asked, not which cell",
+     "test_rule_a_name_the_document_gives_itself_says_whose_figure_not_which_cell", False),
+    ("date_names_year_column", 'a date in the question ("December 31, 2019") names the column of its year, and of its month where the '
+     "column prints one", "test_rule_a_date_names_the_column_of_its_year_and_month", False),
+    ("one_row_by_its_words", 'a question naming only some of a row\'s words ("cash") names that row when it is the one row of the '
+     "pages read holding them all", "test_rule_a_row_named_by_some_of_its_words_only_when_no_other_row_holds_them", False),
 ]
 for _name, _principle, _test, _forbids in _RULES:
     rules.register(_name, _principle, "tests/test_cells.py::" + _test, forbids=_forbids)
 
 # Rule: words that ask for a value without naming one ("what was the amount reported at the end of ...").
 LOOKUP_WORDS = frozenset("amount amounts value values figure figures number reported report end ending ended year years "
-                         "period as total company company's firm its much many".split())
+                         "period as total company company's firm its much many give tell show state provide find hold held "
+                         "recorded".split())
+# Rule: a unit or a kind of period the question asks the answer in ("in thousands", "USD", "fiscal year") says its form, not which cell.
+# (The words as words_of reads them: a plural's "s" dropped.)
+FORM_WORDS = frozenset("usd us dollar euro eur gbp million billion thousand fy fiscal calendar".split())
+# Rule: a date in the question ("December 31, 2019") names the column of its year, and of its month where the column prints one.
+_DATE_BEFORE_YEAR = re.compile(rf"\b(?P<month>{MONTHS})\.?\s+(?:\d{{1,2}}(?:st|nd|rd|th)?,?\s+)?(?=(?:FY\s?)?\d{{4}}\b)", re.IGNORECASE)
 # Rule: a question that asks whether, why, or for a value's change or average asks more than one printed cell
 # (a printed "ratio" or "share" row is a cell like any other).
 _ASKS_MORE = re.compile(r"^\s*(?:is|are|was|were|did|does|do|has|have|had|can|will|should)\b|"
@@ -85,15 +99,18 @@ def words_of(text: str) -> set[str]:
     return {without_s(w) for w in tokenize(text)}
 
 
-def names_column(head: str, asked: set[str], years: set[str]) -> bool:
+def names_column(head: str, asked: set[str], years: set[str], months: set[str] = frozenset()) -> bool:
     """Does the question name this column head? A head with a year is named by that year ("December 31,
-    2019" by "2019"); any other by all its words ("Europe", "Q3").
+    2019" by "2019"), and by the question's month where both print one; any other by all its words ("Europe", "Q3").
 
     names_column("December 31, 2019", set(), {"2019"}) -> True; names_column("2018", {"2019"}, {"2019"}) -> False
+    names_column("June 30, 2019", set(), {"2019"}, {"dec"}) -> False
     """
     head_years = years_in(head)
     if head_years:
-        return bool(head_years & years)
+        head_months = months_in(head)
+        month_agrees = not (months and head_months and rules.on("date_names_year_column")) or bool(head_months & months)
+        return bool(head_years & years) and month_agrees
     return bool(words_of(head)) and words_of(head) <= asked
 
 
@@ -105,40 +122,83 @@ def is_lookup(question: str) -> bool:
     return not (rules.on("asks_more") and _ASKS_MORE.search(question)) and not calc.asks_calculation(question)
 
 
+@dataclass
+class AskedCell:
+    """A question read for the cell it names: its words (dates and years set apart), the years and months
+    it names, and the words that say whose figure and in what form rather than which cell."""
+
+    words: set[str]
+    years: set[str]
+    months: set[str]
+    no_cell: set[str]  # words asking for a value, its form, or naming the document (rules lookup_words, form_words)
+
+
+def read_asked(question: str) -> AskedCell:
+    """read_asked("What was cash at December 31, 2019, in thousands?") -> words {"cash", "thousand"},
+    years {"2019"}, months {"dec"}"""
+    dated = _DATE_BEFORE_YEAR.sub(" ", question) if rules.on("date_names_year_column") else question
+    months = months_in(question) if dated != question else set()
+    no_cell = (LOOKUP_WORDS if rules.on("lookup_words") else set()) | (FORM_WORDS if rules.on("form_words") else set())
+    return AskedCell(words_of(YEAR_WORDED.sub(" ", dated)), set(years_named(question)), months, set(no_cell))
+
+
+def document_names(names: set[str]) -> set[str]:
+    """Rule: a name the document gives itself on its first pages or in its file name says whose figure is asked,
+    not which cell. The names (routing's profile) as words_of reads a question's: document_names({"outfitters"}) -> {"outfitter"}"""
+    return {without_s(name) for name in names} if rules.on("document_names") else set()
+
+
 rules.register("cell_read_in_code", "a question naming one row and one column of a table is answered by that cell, read in code",
                "tests/test_cells.py::test_the_cell_named_by_row_and_column_is_read_with_its_row_cited")
 
 
 @rules.switch("cell_read_in_code", stand_in=None)
-def named_cell(question: str, lines: list[Hit]) -> Cell | None:
+def named_cell(question: str, lines: list[Hit], names: dict[str, set[str]] | None = None,
+               row_labels: list[str] | None = None) -> Cell | None:
     """Rule: a question naming one row and one column of a table is answered by that cell, read in code.
     The one cell of the evidence rows that ``question`` names by its row and its column; None when the
-    question asks more than a lookup, names no row, no column, two of them, or something else besides."""
+    question asks more than a lookup, names no row, no column, two of them, or something else besides.
+
+    ``names`` are the names each document (by collection) gives itself (routing's profile); ``row_labels`` the
+    labels of every row on the pages read, against which a row named by only some of its words must be the
+    only one holding them (the evidence lines' own rows when not given).
+    """
     if not is_lookup(question):
         return None
-    asked, years = words_of(YEAR_WORDED.sub(" ", question)), set(years_named(question))  # "FY2019" names a year, no word
-    found: list[tuple[int, Cell]] = []  # (label words named, cell)
-    for number, line in enumerate(lines, 1):
+    asked = read_asked(question)
+    rows = [line for line in lines if line.trace.get("kind") == "row" and words_of(line.trace.get("label", ""))]
+    labels = [words_of(label) for label in (row_labels if row_labels is not None else [line.trace["label"] for line in rows])]
+    found: list[tuple[int, int, Cell]] = []  # (whole label named, label words named, cell)
+    for line in rows:
         heading, label, cells, unit = row_parts(line)
         label_words = words_of(label)
-        if line.trace.get("kind") != "row" or not label_words or not label_words <= asked:
-            continue
-        named = [(head, value) for head, value in cells if names_column(head, asked, years)]
+        named = [(head, value) for head, value in cells if names_column(head, asked.words, asked.years, asked.months)]
         if len(named) != 1:
             continue
         head, value = named[0]
-        accounted = label_words | words_of(head) | words_of(heading) | words_of(unit) | (LOOKUP_WORDS if rules.on("lookup_words") else set()) | years
-        document = re.sub(r"[^a-z]", "", line.doc_name.lower())
-        if rules.on("unaccounted_word") and any(word not in accounted and word not in document and not YEAR_TOKEN.match(word) for word in asked):
+        own = document_names((names or {}).get(line.collection, set()))
+        rest = {word for word in asked.words - words_of(head) - words_of(heading) - words_of(unit) - asked.no_cell - asked.years - own
+                if not YEAR_TOKEN.match(word) and word not in re.sub(r"[^a-z]", "", line.doc_name.lower())}
+        whole = label_words <= asked.words and (rest <= label_words or not rules.on("unaccounted_word"))
+        if not whole and not part_names_one_row(rest, label_words, labels):
             continue  # Rule: a word of the question that neither the cell nor its table nor its document accounts for asks something else
-        found.append((len(label_words), Cell(line, number, label, head, value, unit)))
+        found.append((int(whole), len(label_words & asked.words), Cell(line, lines.index(line) + 1, label, head, value, unit)))
     if not found:
         return None
-    most = max(size for size, _ in found)
-    best = [cell for size, cell in found if size == most]
+    most = max((whole, size) for whole, size, _ in found)
+    best = [cell for whole, size, cell in found if (whole, size) == most]
     if len({(cell.label.lower(), cell.value) for cell in best}) > 1:
         return None  # two rows fit as well: which one is meant is not ours to guess
     return best[0]
+
+
+def part_names_one_row(rest: set[str], label_words: set[str], labels: list[set[str]]) -> bool:
+    """Rule: a question naming only some of a row's words ("cash") names that row when it is the one row of the
+    pages read holding them all. ``rest`` are the question's words nothing else accounts for; ``labels`` the
+    words of every row label read."""
+    if not rest or not rest <= label_words or not rules.on("one_row_by_its_words"):
+        return False
+    return len({frozenset(label) for label in labels if rest <= label}) == 1
 
 
 def cell_answer(cell: Cell) -> str:

@@ -626,9 +626,6 @@ def measure_rows(question: str, lines: list[Line]) -> np.ndarray:
 
 
 # Words of a question about one line item that name no other thing: its scale and the fiscal year's wording.
-_SCALE_WORDS = frozenset("usd us dollar million billion thousand fy fiscal".split())
-
-
 rules.register("line_item_read", "a question asking the value of one line item in one period, each of its words the item's name, "
                "a word asking for a value, the year or the company's name, is answered by that item's statement row",
                _TEST + "test_one_line_item_asked_alone_is_read_off_its_statement_row_with_the_unit",
@@ -651,7 +648,7 @@ def item_asked(question: str, document: str = "") -> str | None:
     named = items_named(query)
     if len({name for name, _ in named}) != 1:
         return None
-    unaccounted = cells.words_of(YEAR_WORDED.sub(" ", query)) - (cells.LOOKUP_WORDS if rules.on("lookup_words") else frozenset()) - _SCALE_WORDS
+    unaccounted = cells.words_of(YEAR_WORDED.sub(" ", query)) - (cells.LOOKUP_WORDS if rules.on("lookup_words") else frozenset()) - cells.FORM_WORDS
     for _, match in named:
         unaccounted -= cells.words_of(match.group(0))
     company = re.sub(r"[^a-z0-9]", "", document.lower())

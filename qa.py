@@ -460,7 +460,11 @@ def nothing_found(turn: Turn) -> AnswerStream | None:
 def table_cell(turn: Turn) -> AnswerStream | None:
     """The table cell the question names by row and column, read in code from an evidence line (cells.py) and
     cited by that line; it goes before a domain's reading of whole pages."""
-    if turn.given is not None or not (cell := cells.named_cell(turn.parsed.query, turn.answer.evidence)):
+    if turn.given is not None or not turn.answer.evidence:
+        return None
+    names = {line.collection: turn.retriever.profile(line.collection).names for line in turn.answer.evidence}
+    row_labels = [line.label for page in turn.pages for line in page.lines if line.kind == "row"]
+    if not (cell := cells.named_cell(turn.parsed.query, turn.answer.evidence, names, row_labels)):
         return None
     turn.answer.sources = turn.answer.evidence
     log.info("Read in code: a table cell on p.%d, no model call", cell.line.page)  # the page's words stay out of the log

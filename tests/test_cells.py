@@ -71,6 +71,79 @@ def test_a_column_is_named_by_its_year_or_by_all_its_words():
     assert cells.names_column("Europe", {"europe", "sales"}, set())
 
 
+RELEASE = "q4_2019_release.pdf"  # a file name that does not name the company: its first pages do
+HARBOR = {"c": {"harbor", "lane", "outfitters"}}  # the names the release gives itself (routing's profile)
+RELEASE_ROWS = [Hit(str(i), "c", RELEASE, 5, 0, 9, f"Condensed Consolidated Balance Sheets · {label} · 2019: {a} · 2018: {b} · (In thousands)",
+                    trace={"kind": "row", "label": label})
+                for i, (label, a, b) in enumerate([("Total current assets", "16,525", "15,134"), ("Total assets", "45,400", "40,830"),
+                                                   ("Cash and cash equivalents", "3,138", "2,249")])]
+PHRASINGS = [  # (question, the cell's value): names, dates, units, word order
+    ("What were total current assets in 2019?", "16,525"),
+    ("What were Harbor Lane Outfitters' total current assets in 2019?", "16,525"),
+    ("What were Harbor Lane's total current assets at the end of 2019?", "16,525"),
+    ("How much cash and cash equivalents did Harbor Lane have at the end of 2018?", "2,249"),
+    ("Total current assets as of 2019?", "16,525"),
+    ("What was the total current assets figure for fiscal 2019?", "16,525"),
+    ("Harbor Lane Outfitters total current assets FY19", "16,525"),
+    ("What were total current assets for the year ended 2019?", "16,525"),
+    ("What were total current assets in the 2019 fiscal year, in thousands?", "16,525"),
+    ("How much were total current assets in 2019 in millions of dollars?", "16,525"),
+    ("In 2019, what were the total current assets?", "16,525"),
+    ("What did Harbor Lane report as total current assets for 2019?", "16,525"),
+    ("What was cash at the end of 2018?", "2,249"),
+    ("How much cash did Harbor Lane Outfitters hold as of 2018?", "2,249"),
+    ("What were total assets at year-end 2019?", "45,400"),
+    ("Give me the total current assets of Harbor Lane Outfitters for FY2019.", "16,525"),
+    ("What is the value of Harbor Lane's total current assets for 2019 (in thousands of dollars)?", "16,525"),
+    ("What were the company's total current assets at December 31, 2019?", "16,525"),
+    ("Total current assets, 2018?", "15,134"),
+    ("What amount of cash and cash equivalents was reported in 2019?", "3,138"),
+    ("USD thousands: Harbor Lane Outfitters' cash and cash equivalents, December 2018?", "2,249"),
+]
+NOT_A_CELL = [
+    "How did total current assets change from 2018 to 2019?",  # a change
+    "What were total current assets in 2019 and 2018?",  # two columns
+    "What was inventory in 2019?",  # a row not printed
+    "What were Acme Corp's total current assets in 2019?",  # another company's name
+    "What were Harbor Lane's total current assets in 2019 for the Asia segment?",  # a word no cell accounts for
+]
+
+
+def test_a_cell_is_read_however_the_question_puts_it_and_not_when_it_asks_another():
+    for question, value in PHRASINGS:
+        cell = cells.named_cell(question, RELEASE_ROWS, HARBOR)
+        assert cell is not None and cell.value == value, question
+    for question in NOT_A_CELL:
+        assert cells.named_cell(question, RELEASE_ROWS, HARBOR) is None, question
+
+
+def test_rule_a_unit_or_a_kind_of_period_says_the_answers_form_not_which_cell():
+    assert cells.named_cell("What were total current assets in fiscal 2019, in millions of dollars?", RELEASE_ROWS).value == "16,525"
+    assert cells.named_cell("What were total current assets of the fiscal plan in 2019?", RELEASE_ROWS) is None  # "plan": not a form
+
+
+def test_rule_a_name_the_document_gives_itself_says_whose_figure_not_which_cell():
+    assert cells.named_cell("What were Harbor Lane Outfitters' total current assets in 2019?", RELEASE_ROWS, HARBOR).value == "16,525"
+    # the same name, not given by this document: another company's figure is asked
+    assert cells.named_cell("What were Harbor Lane Outfitters' total current assets in 2019?", RELEASE_ROWS) is None
+    assert cells.document_names({"outfitters", "lane"}) == {"outfitter", "lane"}
+
+
+def test_rule_a_date_names_the_column_of_its_year_and_month():
+    dated = [Hit("d", "c", RELEASE, 5, 0, 9, "Balance Sheets · Cash · December 31, 2019: 7 · June 30, 2019: 5", trace={"kind": "row", "label": "Cash"})]
+    assert cells.named_cell("What was cash at December 31, 2019?", dated).value == "7"
+    assert cells.named_cell("What was cash as of June 30, 2019?", dated).value == "5"
+    assert cells.named_cell("What was cash in 2019?", dated) is None  # two columns of that year
+    assert cells.read_asked("What was cash at Dec. 31, 2019?").months == {"dec"}
+
+
+def test_rule_a_row_named_by_some_of_its_words_only_when_no_other_row_holds_them():
+    assert cells.named_cell("What was cash at the end of 2018?", RELEASE_ROWS).value == "2,249"
+    # another row of the pages read holds "cash" too: which one is meant is not ours to guess
+    assert cells.named_cell("What was cash at the end of 2018?", RELEASE_ROWS, row_labels=["Cash and cash equivalents", "Restricted cash"]) is None
+    assert cells.named_cell("What were assets in 2019?", RELEASE_ROWS) is None  # two labels hold "assets"
+
+
 def trail_table_pdf(path: Path) -> Path:
     """A table that is no company statement, one cell per line in the text layer, and a page of prose."""
     doc = pymupdf.open()
