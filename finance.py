@@ -505,9 +505,21 @@ def measure_items(question: str) -> list[re.Pattern]:
     return [pattern for name in names for pattern in _ITEMS[name]]
 
 
+rules.register("measure_only_a_part", "a measure the question joins to another quantity (to, less, plus, per, a margin, a share "
+               "of) is only a part of what it asks", _TEST + "test_rule_a_measure_joined_to_another_quantity_is_only_a_part_of_what_is_asked",
+               forbids=True)
+# "total debt to EBITDA", "EBITDA less capex", "EBITDA margin", "free cash flow per share": another quantity
+_JOINED_BEFORE = re.compile(r"\b(?:to|less|minus|plus|over|by)\s+(?:the |its |total )*$", re.IGNORECASE)
+_JOINED_AFTER = re.compile(r"\s*(?:to|less|minus|plus|after|net of|per|divided by|as an? (?:%|percent|percentage|share) of)\b|"
+                           r"\s*(?:%\s*)?margin\b", re.IGNORECASE)
+
+
 def _part_of_a_ratio(text: str, match: re.Match) -> bool:
-    """"total debt to EBITDA" asks a ratio of which EBITDA is only a part."""
-    return bool(re.search(r"\bto\s+$", text[: match.start()]) or re.match(r"\s+to\b", text[match.end() :]))
+    """Rule: a measure the question joins to another quantity (to, less, plus, per, a margin, a share of) is only a part
+    of what it asks. "total debt to EBITDA", "EBITDA less capex", "EBITDA % margin": not EBITDA."""
+    if not rules.on("measure_only_a_part"):
+        return bool(re.search(r"\bto\s+$", text[: match.start()]) or re.match(r"\s+to\b", text[match.end() :]))
+    return bool(_JOINED_BEFORE.search(text[: match.start()]) or _JOINED_AFTER.match(text[match.end() :]))
 
 
 # A quarter's columns: a 10-Q heads "Three Months Ended" and "Six Months Ended" with the same two years.

@@ -164,5 +164,7 @@ REWRITE_SYSTEM = (
 REWRITE_USER = "Conversation:\n{history}\n\nLast question: {question}\n\nStandalone query:"
 
 NOT_FOUND = "I could not find this in your documents."
+# The model's refusal as shown beside the evidence lines: they were found, and may hold the answer it could not read.
+NEAREST_LINES = "No line found states this for certain: the lines shown are the nearest in your documents."
 
 GREETING_REPLY = "Hello! Ask me anything about your documents and I will answer with page citations."

@@ -187,14 +187,29 @@ def model_failure(err: Exception, llm: BaseChatModel) -> Exception:
 
 
 def is_refusal(text: str) -> bool:
-    """is_refusal("The documents do not say.") -> True"""
-    return prompts.REFUSAL.lower().rstrip(".") in text.lower()
+    """is_refusal("The documents do not say.") -> True; so does the refusal as shown beside the lines (prompts.NEAREST_LINES)"""
+    said = text.lower()
+    return prompts.REFUSAL.lower().rstrip(".") in said or prompts.NEAREST_LINES.lower().rstrip(".") in said
+
+
+rules.register("no_bare_yes_or_no", "a bare Yes or No, or one opening a refusal, is no answer the lines back",
+               "tests/test_qa.py::test_rule_a_bare_yes_or_no_or_one_opening_a_refusal_is_no_answer")
+# "No. The documents do not say." reads as No; the model meant it found nothing
+_YES_OR_NO = re.compile(r"^\s*(?:yes|no)\b[\s.,!:;—-]*", re.IGNORECASE)
 
 
 def could_be_refusal(text: str) -> bool:
-    """Could this start of a reply still turn out to be the bare refusal? could_be_refusal("The doc") -> True"""
+    """Could this start of a reply still turn out to be the bare refusal? could_be_refusal("The doc") -> True;
+    Rule: a bare Yes or No, or one opening a refusal, is no answer the lines back. could_be_refusal("No. The") -> True"""
+    if rules.on("no_bare_yes_or_no"):
+        text = _YES_OR_NO.sub("", text)
     said, refusal = " ".join(text.lower().split()), prompts.REFUSAL.lower()
     return refusal.startswith(said) or said.startswith(refusal.rstrip("."))
+
+
+def is_bare_yes_or_no(text: str) -> bool:
+    """is_bare_yes_or_no("No.") -> True; is_bare_yes_or_no("No, it paid none [L1].") -> False"""
+    return rules.on("no_bare_yes_or_no") and bool(text.strip()) and not _YES_OR_NO.sub("", text).strip()
 
 
 @rules.switch("runaway_stopped", stand_in=False)
@@ -497,7 +512,7 @@ def the_model(turn: Turn) -> AnswerStream:
     what = "line" if as_lines else "passage"
     turn.stage(f"Reading {len(sources)} {what}{'s' if len(sources) != 1 else ''}…")
     reply = model_reply(turn, reading.build_messages(turn.asked, sources, turn.history, as_lines, turn.instructions))
-    return AnswerStream(with_worked_out(turn, refusal_held_back(reply)), checked_by(turn), turn.answer.evidence)
+    return AnswerStream(with_worked_out(turn, refusal_held_back(reply, refusal_for(turn))), checked_by(turn), turn.answer.evidence)
 
 
 ANSWERED_WITHOUT_SEARCH = [greeting, personal_data, whole_document]
@@ -557,8 +572,9 @@ def model_reply(turn: Turn, messages: list[BaseMessage]) -> Iterator[str]:
         raise model_failure(err, llm) from err
 
 
-def refusal_held_back(reply: Iterator[str]) -> Iterator[str]:
-    """The reply as it comes; a reply that may turn out to be a bare refusal is held back until it is clear."""
+def refusal_held_back(reply: Iterator[str], refusal: str = prompts.REFUSAL) -> Iterator[str]:
+    """The reply as it comes; a reply that may turn out to be a bare refusal is held back until it is clear, and
+    shown as ``refusal`` if it is one (a bare Yes or No is one too)."""
     held = ""
     for piece in reply:
         held += piece
@@ -568,7 +584,17 @@ def refusal_held_back(reply: Iterator[str]) -> Iterator[str]:
             return
     # What follows "The documents do not say." is not an answer: the 1.5B model goes on to guess
     # (a calculation with figures it just said it could not find).
-    yield prompts.REFUSAL if is_refusal(held) else held
+    yield refusal if is_refusal(held) or is_bare_yes_or_no(held) else held
+
+
+rules.register("refusal_beside_lines", "a refusal beside the lines found says they are the nearest found, not that the documents do not say",
+               "tests/test_qa.py::test_rule_a_refusal_beside_the_lines_found_says_they_are_the_nearest")
+
+
+def refusal_for(turn: Turn) -> str:
+    """Rule: a refusal beside the lines found says they are the nearest found, not that the documents do not say.
+    The model could not read an answer in the lines; they are on screen, and may say it (the person reads them)."""
+    return prompts.NEAREST_LINES if turn.answer.evidence and rules.on("refusal_beside_lines") else prompts.REFUSAL
 
 
 def with_worked_out(turn: Turn, reply: Iterator[str]) -> Iterator[str]:

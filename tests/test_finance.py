@@ -9,6 +9,7 @@ import pymupdf
 
 import checker
 import finance
+import rules
 import ingest
 import models
 import qa
@@ -276,3 +277,13 @@ def test_a_line_item_asked_alone_is_answered_from_its_row_without_the_model_and_
     sales = qa.answer_question("What were ACME's net sales in 2022?", retriever, llm=llm, scope=[collection])
     assert sales.text.startswith("Net sales, 2022: 48,412") and sales.text.endswith("[L1].")
     assert ollama_chat.chats == []
+
+
+def test_rule_a_measure_joined_to_another_quantity_is_only_a_part_of_what_is_asked():
+    assert finance.measure_asked("What was 3M's EBITDA in FY2022?")[0] == "EBITDA"
+    assert finance.measure_asked("What is the gross margin percentage in FY2020?")[0] == "gross margin"  # its own name
+    for question in ("What is EBITDA less capex for FY2022?", "What is the FY2015 unadjusted EBITDA % margin for Netflix?",
+                     "What was the EBITDA margin in 2022?", "What is free cash flow per share in 2021?", "What is total debt to EBITDA?"):
+        assert finance.measure_asked(question) is None, question
+    with rules.off(["measure_only_a_part"]):
+        assert finance.measure_asked("What is EBITDA less capex for FY2022?")[0] == "EBITDA"

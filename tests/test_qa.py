@@ -16,6 +16,7 @@ import models
 import prompts
 import qa
 import reading
+import rules
 from conftest import INCOME_TABLE, write_text_pdf
 from reading import question_for_prompt
 from records import Hit
@@ -284,7 +285,25 @@ def test_a_bare_refusal_stands_and_the_model_is_asked_once(facts, ollama_chat, m
     monkeypatch.setattr(ollama_chat, "replies", [prompts.REFUSAL])
     retriever, _ = facts
     answer = qa.answer_question("When did the railway reach the town?", retriever, llm=models.get_chat_model())
-    assert len(ollama_chat.chats) == 1 and answer.refused and answer.text == prompts.REFUSAL
+    assert len(ollama_chat.chats) == 1 and answer.refused and answer.text == prompts.NEAREST_LINES  # the lines were found
+
+
+def test_rule_a_bare_yes_or_no_or_one_opening_a_refusal_is_no_answer():
+    for reply in (["No. The documents do not say."], ["Yes", ", ", "the documents ", "do not say."], ["No."], ["Yes"]):
+        assert list(qa.refusal_held_back(iter(reply))) == [prompts.REFUSAL], reply
+    assert "".join(qa.refusal_held_back(iter(["No", ", it paid none [L1]."]))) == "No, it paid none [L1]."  # a No it backs
+    assert "".join(qa.refusal_held_back(iter(["Not in 2019: in 2020 [L2]."]))) == "Not in 2019: in 2020 [L2]."
+    with rules.off(["no_bare_yes_or_no"]):
+        assert list(qa.refusal_held_back(iter(["No. ", "The documents do not say."])))[0] == "No. "
+
+
+def test_rule_a_refusal_beside_the_lines_found_says_they_are_the_nearest(facts, ollama_chat, monkeypatch):
+    monkeypatch.setattr(ollama_chat, "replies", ["No. The documents do not say."] * 2)
+    retriever, _ = facts
+    answer = qa.answer_question("When did the railway reach the town?", retriever, llm=models.get_chat_model())
+    assert answer.evidence and answer.refused and answer.text == prompts.NEAREST_LINES
+    with rules.off(["refusal_beside_lines"]):
+        assert qa.answer_question("When did the railway reach the town?", retriever, llm=models.get_chat_model()).text == prompts.REFUSAL
 
 
 def test_a_calculation_is_worked_out_in_code_and_its_figures_are_checked(store, embedder, ollama_chat, monkeypatch, tmp_path):
@@ -313,7 +332,7 @@ def test_a_calculation_is_worked_out_in_code_and_its_figures_are_checked(store, 
     assert invented.sentences[1].supported is False  # the invented figure is flagged where it is claimed
 
     refused = qa.answer_question(question, retriever, llm=models.get_chat_model())
-    assert refused.refused and refused.text == prompts.REFUSAL  # the guess after the refusal is not shown
+    assert refused.refused and refused.text == prompts.NEAREST_LINES  # the guess after the refusal is not shown
 
 
 def test_a_financial_measure_is_read_off_the_statement_without_the_model(store, embedder, ollama_chat, monkeypatch, tmp_path):
