@@ -39,7 +39,7 @@ from pages import Page, page_text, unit_above
 from question import ParsedQuestion, parse_question
 from records import Hit, Line
 from retriever import Retriever, rrf
-from text_utils import keyword_tokens
+from text_utils import YEAR_TOKEN, keyword_tokens, months_in, numbers_in, years_in
 
 log = logging.getLogger(__name__)
 
@@ -63,19 +63,41 @@ def page_quotas(n: int, pages: int) -> list[int]:
     return quotas
 
 
-def fuse_lines(keyword: np.ndarray, meaning: np.ndarray, marked: np.ndarray | None = None) -> np.ndarray:
+def fuse_lines(keyword: np.ndarray, meaning: np.ndarray, marked: np.ndarray | None = None,
+               fitting: np.ndarray | None = None) -> np.ndarray:
     """One score per line: Reciprocal Rank Fusion of its keyword rank and its meaning rank. A line sharing
     no word with the question still ranks by meaning: a paraphrase is evidence too. ``marked`` says which
-    lines a domain points at (``domains.line_ranking``): a third ranking, in keyword order.
+    lines a domain points at (``domains.line_ranking``), ``fitting`` which can give the kind of answer asked
+    (``gives_kind_asked``): each a further ranking, in keyword order.
 
     fuse_lines(np.array([2.0, 0.0]), np.array([0.1, 0.9])) -> both lines tied (each leads one ranking)
     """
     ids = [str(i) for i in range(len(keyword))]
     by_keyword = [ids[i] for i in np.argsort(-keyword, kind="stable") if keyword[i] > 0]
     by_meaning = [ids[i] for i in np.argsort(-meaning, kind="stable")]
-    by_mark = [ids[i] for i in np.argsort(-keyword, kind="stable") if marked is not None and marked[i]]
-    fused = rrf([by_keyword, by_meaning] + ([by_mark] if by_mark else []))
+    further = [[ids[i] for i in np.argsort(-keyword, kind="stable") if chosen[i]] for chosen in (marked, fitting) if chosen is not None]
+    fused = rrf([by_keyword, by_meaning] + [ranking for ranking in further if ranking])
     return np.array([fused.get(i, 0.0) for i in ids])
+
+
+rules.register("kind_asked_first", "a line that holds a word the question asks about and can give the kind of answer asked "
+               "(a figure for a quantity, a date for when) ranks above one that cannot",
+               "tests/test_evidence.py::test_rule_a_line_that_can_give_the_kind_of_answer_asked_ranks_above_one_that_cannot")
+
+
+def gives_kind_asked(kind: str, text: str) -> bool:
+    """Rule: a line that holds a word the question asks about and can give the kind of answer asked (a figure for a
+    quantity, a date for when) ranks above one that cannot. Whether ``text`` prints an answer of that ``kind``
+    (ParsedQuestion.answer_kind): a figure that is no year, or a year or month.
+
+    gives_kind_asked("quantity", "Revenue was $2.41 billion in 2022.") -> True
+    gives_kind_asked("quantity", "Acme had a record fiscal 2022.") -> False
+    """
+    if kind == "quantity":
+        return any(not YEAR_TOKEN.match(number) and (len(number) > 1 or "." in number) for number in numbers_in(text))
+    if kind == "date":
+        return bool(years_in(text) or months_in(text))
+    return False
 
 
 def best_lines(question: str | ParsedQuestion, pages: list[Page], retriever: Retriever, n: int | None = None,
@@ -117,7 +139,10 @@ def best_lines(question: str | ParsedQuestion, pages: list[Page], retriever: Ret
     candidates = [candidates[i] for i in kept]
     marked = marked[kept] if marked is not None and marked[kept].any() else None
     keyword, meaning = retriever.line_scores(parsed, [texts[i] for i in kept], [collections[i] for i in kept])
-    fused = fuse_lines(keyword, meaning, marked)
+    fitting = None
+    if parsed.answer_kind and rules.on("kind_asked_first"):
+        fitting = np.array([asked_on[i] and gives_kind_asked(parsed.answer_kind, texts[i]) for i in kept])
+    fused = fuse_lines(keyword, meaning, marked, fitting if fitting is not None and fitting.any() else None)
     line_pages = [rank for _, _, rank, _ in candidates]
     ranked = [int(i) for i in np.argsort(-fused, kind="stable")]
     first = _chosen(ranked, shown_pages, page_quotas(n, max_pages), line_pages, n, [])

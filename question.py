@@ -46,6 +46,17 @@ _INSTRUCTION = re.compile("|".join(_INSTRUCTION_CUES), re.IGNORECASE)
 _PARENTHESES = re.compile(r"\s*\(([^()]*)\)")
 
 
+rules.register("answer_kind", 'a question asks for a quantity ("how much", "what percentage", a unit, a measure), a date ("when", '
+               '"which year") or neither, by its wording', "tests/test_question.py::test_rule_a_question_asks_a_quantity_a_date_or_neither")
+# Rule: a question asks for a quantity ("how much", "what percentage", a unit, a measure), a date ("when", "which year") or neither (a reason, a name), by its wording.
+_ASKS_QUANTITY = re.compile(r"\bhow (?:much|many|large|big|high|low)\b|\bwhat (?:is |was |were |are )?(?:the )?"
+                            r"(?:total |net |annual |aggregate )?(?:percent(?:age)?|share|proportion|amount|number|value|rate|ratio|"
+                            r"size|sum|count)\b|\b(?:usd|us\$|eur|gbp)\b|\bin (?:millions|billions|thousands)\b", re.IGNORECASE)
+_ASKS_DATE = re.compile(r"^\W*when\b|\b(?:what|which|in which) (?:year|date|month|day)\b", re.IGNORECASE)
+_ASKS_REASON = re.compile(r"^\W*(?:why|how did|how does|how do|how has|how have)\b|\bwhat (?:drove|caused|made up|explains?|led to)\b",
+                          re.IGNORECASE)
+
+
 @dataclass
 class ParsedQuestion:
     """A question split into what to search and how to answer; see the module docstring."""
@@ -75,6 +86,15 @@ class ParsedQuestion:
         if "years" not in self._read:
             self._read["years"] = years_named(self.query)
         return self._read["years"]
+
+    @property
+    def answer_kind(self) -> str:
+        """"quantity", "date" or "" (neither): what kind of answer the query asks for, read once (rule answer_kind)."""
+        if "kind" not in self._read:
+            asks_quantity = _ASKS_QUANTITY.search(self.query) or domains.asks_calculation(self.query)
+            self._read["kind"] = "" if not rules.on("answer_kind") or _ASKS_REASON.search(self.query) else (
+                "date" if _ASKS_DATE.search(self.query) else "quantity" if asks_quantity else "")
+        return self._read["kind"]
 
     def searching(self, query: str) -> ParsedQuestion:
         """This question searched as ``query`` (its acronyms spelled out by the library, routing.py): itself when

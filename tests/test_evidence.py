@@ -10,6 +10,7 @@ import pymupdf
 import evidence
 import finance
 import ingest
+import rules
 from conftest import write_text_pdf
 from pages import Page, page_lines, row_label, unit_above
 from retriever import Retriever
@@ -192,3 +193,22 @@ def test_a_page_of_table_rows_keeps_its_place_though_no_line_holds_a_word_asked(
     line_pages, asked_on = [1, 1, 2, 2, 3], np.array([False, False, False, False, True])
     assert evidence.page_order(line_pages, asked_on, tabled={1}) == [1, 3, 2]
     assert evidence.page_order(line_pages, asked_on, tabled=set()) == [3, 1, 2]
+
+
+def test_rule_a_line_that_can_give_the_kind_of_answer_asked_ranks_above_one_that_cannot(store, embedder, tmp_path):
+    """A sentence restating what is asked (its words, no figure) leads both rankings; the line with the count asked
+    for leads once the kind of answer counts."""
+    pdf = write_text_pdf(tmp_path / "buyback.pdf", [
+        "Acme will repurchase shares in the fourth quarter under the program the board approved. "
+        "Buybacks came to 722,457 shares. The board met in Denver. Dividends are paid each quarter.",
+        "Acme makes garden tools in two plants.", "Acme sells through hardware stores."])
+    collection = ingest.ingest_pdf(pdf, store, embedder).collection
+    retriever = Retriever(store, embedder)
+    question = "How many shares did Acme repurchase in the fourth quarter?"
+    first = lambda: evidence.best_lines(question, retriever.load_pages(retriever.search(question, scope=[collection])), retriever)[0].text  # noqa: E731
+    assert first() == "Buybacks came to 722,457 shares."
+    with rules.off(["kind_asked_first"]):
+        assert first().startswith("Acme will repurchase shares")
+    assert evidence.gives_kind_asked("quantity", "Revenue was $2.41 billion in 2022.")
+    assert not evidence.gives_kind_asked("quantity", "Acme had a record fiscal 2022.")
+    assert evidence.gives_kind_asked("date", "The plant opened in March.") and not evidence.gives_kind_asked("", "It rose 5%.")

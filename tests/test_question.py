@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import config
+import rules
 from question import parse_question
 
 
@@ -79,3 +80,18 @@ def test_the_search_and_the_evidence_lines_tokenise_the_question_once(store, emb
         sys.setprofile(None)
     assert "3,200 tonnes" in lines[0].text
     assert tokenised == ["tokens"]  # once, by ParsedQuestion.tokens
+
+
+def test_rule_a_question_asks_a_quantity_a_date_or_neither():
+    assert parse_question("How many people did Adobe employ at the end of fiscal 2015?").answer_kind == "quantity"
+    assert parse_question("What percentage of votes supported the proposal?").answer_kind == "quantity"
+    assert parse_question("What was Costco's FY2021 capex? Answer in USD millions.").answer_kind == ""  # the unit is an instruction
+    assert parse_question("What was Costco's capex in USD millions in FY2021?").answer_kind == "quantity"
+    assert parse_question("What is Nike's FY2021 inventory turnover?").answer_kind == "quantity"  # a measure
+    assert parse_question("When did the railway reach the town?").answer_kind == "date"
+    assert parse_question("In which year was the plant opened?").answer_kind == "date"
+    for question in ("Why did CVS Health's effective income tax rate jump to 142.4% in 2018?", "Who chairs the board?",
+                     "What drove the 21% increase in net revenues?"):
+        assert parse_question(question).answer_kind == "", question
+    with rules.off(["answer_kind"]):
+        assert parse_question("How many people did Adobe employ?").answer_kind == ""
