@@ -62,6 +62,7 @@ import fcntl
 import hashlib
 import json
 import logging
+import os
 import shutil
 import sqlite3
 import sys
@@ -144,6 +145,10 @@ class StoreUnavailableError(IngestError):
     """The ChromaDB server named by CHROMA_HOST / CHROMA_PORT does not answer."""
 
 
+class StoreFolderError(StoreUnavailableError):
+    """The store folder (CHROMA_PERSIST_DIR) cannot be made, written or opened: a store unavailable here."""
+
+
 class StorePurgeError(IngestError):
     """A document was removed but the store folder could not be purged of its bytes."""
 
@@ -211,7 +216,28 @@ def get_client(path: str | None = None) -> chromadb.ClientAPI:
     """
     if config.CHROMA_HOST and path is None:
         return _server_client(config.CHROMA_HOST, config.CHROMA_PORT)
-    return chromadb.PersistentClient(path=path or config.CHROMA_PERSIST_DIR)
+    folder = _usable_store_folder(Path(path or config.CHROMA_PERSIST_DIR))
+    try:
+        return chromadb.PersistentClient(path=str(folder))
+    except chromadb.errors.ChromaError as err:  # e.g. a chroma.sqlite3 that is not a database
+        raise StoreFolderError(f"The store in {folder} cannot be opened ({err}).") from err
+
+
+def _usable_store_folder(folder: Path) -> Path:
+    """``folder``, made if missing; a StoreFolderError saying why when it cannot be a store folder.
+    Checked here because ChromaDB says only "File exists (os error 17)" for a link loop, say."""
+    fix = "Set CHROMA_PERSIST_DIR to a folder this user can write to."
+    if config.is_link_loop(folder):
+        raise StoreFolderError(f"The store folder {folder} is a symbolic link loop. {fix}")
+    if folder.exists() and not folder.is_dir():
+        raise StoreFolderError(f"The store folder {folder} is a file, not a folder. {fix}")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise StoreFolderError(f"The store folder {folder} cannot be created ({err.strerror}). {fix}") from err
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise StoreFolderError(f"The store folder {folder} cannot be written to. {fix}")
+    return folder
 
 
 def _collection_or_none(client: chromadb.ClientAPI, name: str):

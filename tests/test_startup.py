@@ -1,18 +1,24 @@
 """What the app, the API and ``ingest.py`` do as they start: remove whole any document whose ingest never
-finished (a killed process), leaving alone one a live process is adding."""
+finished (a killed process), leaving alone one a live process is adding; and, when they cannot start, say
+why in one plain sentence with no traceback (the real ``uvicorn api:app`` and ``ingest.py`` as subprocesses)."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
+
 import config
+import embedders
+import extract
 import ingest
-from conftest import FACT_PAGES, REPO, write_text_pdf
+from conftest import FACT_PAGES, REPO, TEST_LLM, free_port, write_text_pdf
 from retriever import Retriever
 from test_security import files_holding, live_segments, segment_folders
 
@@ -109,3 +115,99 @@ def test_a_rebuild_stopped_between_its_two_swap_writes_is_swapped_in_at_start_up
     assert doc["collection"] == kept.collection and doc["chunks"] == kept.chunks
     assert ingest.kept_pdf_path(kept.collection).exists()
     assert Retriever(store, embedder).search("Who kept the lighthouse?")[0].doc_name == "facts.pdf"
+
+
+# -----------------------------------------------------------------------------
+# A start-up that cannot happen says why in one sentence
+
+
+def link_loop(tmp_path: Path) -> Path:
+    """Two symbolic links naming each other."""
+    (tmp_path / "loop-b").symlink_to(tmp_path / "loop-a")
+    (tmp_path / "loop-a").symlink_to(tmp_path / "loop-b")
+    return tmp_path / "loop-a"
+
+
+def test_a_symbolic_link_loop_is_named_as_such_wherever_a_path_is_taken(tmp_path):
+    loop = link_loop(tmp_path)
+    assert config.is_link_loop(loop) and config.is_link_loop(loop / "inside.pdf")
+    assert not config.is_link_loop(tmp_path / "missing") and not config.is_link_loop(tmp_path)
+    with pytest.raises(extract.FileProblemError, match="^loop-a is a symbolic link loop, not a file.$"):
+        extract.open_pdf(loop)
+    with pytest.raises(embedders.ModelUnavailableError, match="EMBED_MODEL names '.*loop-a', which is a symbolic link loop"):
+        embedders.local_model(str(loop), "EMBED_MODEL")
+    with pytest.raises(ingest.StoreFolderError, match="is a symbolic link loop"):
+        ingest.get_client(str(loop))
+
+
+def api_env(tmp_path: Path, **settings: str) -> dict[str, str]:
+    """The environment of ``uvicorn api:app`` on a store of its own, the small models, no model server; ``settings`` on top."""
+    return {**os.environ, "CHROMA_PERSIST_DIR": str(tmp_path / "store"), "CHROMA_HOST": "", "LOG_FILE": str(tmp_path / "rag.log"),
+            "LLM_BACKEND": "embedded", "EMBEDDED_LLM": TEST_LLM, "EMBED_BACKEND": "embedded", "ENRICH_ENABLED": "false",
+            "OLLAMA_BASE_URL": "http://127.0.0.1:9", "API_TOKEN": "", **settings}
+
+
+def start_api(port: int, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """Run the real ``uvicorn api:app`` on ``port`` until it exits (each case here makes it exit)."""
+    return subprocess.run([sys.executable, "-m", "uvicorn", "api:app", "--host", "127.0.0.1", "--port", str(port)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+
+
+def failed_plainly(run: subprocess.CompletedProcess, sentence: str) -> None:
+    assert run.returncode != 0, run.stderr[-3000:]
+    assert "Traceback" not in run.stderr, run.stderr[-3000:]
+    assert sentence in run.stderr, run.stderr[-3000:]
+    assert run.stderr.count(sentence) == 1, run.stderr[-3000:]  # said once
+
+
+# (case, its settings given tmp_path, the sentence's telling part)
+START_UP_FAILURES = [
+    ("bad embedder setting", lambda tmp: {"EMBED_BACKEND": "bogus"}, "Setting EMBED_BACKEND='bogus' is not one of: auto, embedded"),
+    ("embedder folder missing", lambda tmp: {"EMBED_BACKEND": "local", "EMBED_MODEL": str(tmp / "no-model")},
+     "but there is no such folder or file on this machine"),
+    ("model file not a model", lambda tmp: {"EMBED_BACKEND": "local", "EMBED_MODEL": str(write_text_pdf(tmp / "model.pdf", ["x"]))},
+     "a file but not an ONNX model (.onnx)"),
+    ("store folder cannot be made", lambda tmp: {"CHROMA_PERSIST_DIR": str(write_text_pdf(tmp / "a-file.pdf", ["x"]) / "store")},
+     "a-file.pdf/store cannot be created (Not a directory). Set CHROMA_PERSIST_DIR to a folder this user can write to."),
+    ("store folder is a link loop", lambda tmp: {"CHROMA_PERSIST_DIR": str(link_loop(tmp))}, "loop-a is a symbolic link loop."),
+    ("log file cannot be written", lambda tmp: {"LOG_FILE": str(write_text_pdf(tmp / "a-file.pdf", ["x"]) / "rag.log")},
+     "rag.log' cannot be written (Not a directory)"),
+]
+
+
+@pytest.mark.slow  # starts the API server
+@pytest.mark.parametrize("case, settings, sentence", START_UP_FAILURES, ids=[case for case, _, _ in START_UP_FAILURES])
+def test_the_api_that_cannot_start_says_why_in_one_sentence_without_a_traceback(tmp_path, case, settings, sentence):
+    failed_plainly(start_api(free_port(), api_env(tmp_path, **settings(tmp_path))), sentence)
+
+
+@pytest.mark.slow  # starts the API server
+def test_an_api_store_folder_that_cannot_be_written_is_said_in_one_sentence(tmp_path):
+    unwritable = tmp_path / "read-only"
+    unwritable.mkdir(mode=0o500)
+    if os.access(unwritable, os.W_OK):  # root writes anywhere: a folder of a file system no one writes to
+        unwritable = Path("/proc/1")
+    if os.access(unwritable, os.W_OK):
+        pytest.skip("no folder on this machine is unwritable for this user")
+    run = start_api(free_port(), api_env(tmp_path, CHROMA_PERSIST_DIR=str(unwritable)))
+    failed_plainly(run, f"The store folder {unwritable} cannot be written to. Set CHROMA_PERSIST_DIR")
+
+
+@pytest.mark.slow  # starts the API server, with its embedder
+def test_an_api_port_already_taken_is_said_in_one_sentence_without_a_traceback(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        run = start_api(port, api_env(tmp_path))
+    failed_plainly(run, f"Port {port} on 127.0.0.1 is already in use by another program: stop it, or start the API on another port")
+    assert "Errno" not in run.stderr
+
+
+@pytest.mark.slow  # runs ingest.py, which loads the embedder
+def test_ingest_py_given_a_symbolic_link_loop_names_it_as_such(tmp_path):
+    run = subprocess.run([sys.executable, "ingest.py", str(link_loop(tmp_path)), "--no-enrich"], cwd=REPO,
+                         env=store_command_env(tmp_path / "store", tmp_path), capture_output=True, text=True, timeout=600)
+    assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr[-3000:]
+    assert "FAILED: loop-a is a symbolic link loop, not a file." in run.stdout
+    assert "no such" not in (run.stdout + run.stderr).lower()
