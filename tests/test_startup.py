@@ -12,14 +12,18 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 import config
+import conversations
 import embedders
 import extract
 import ingest
 from conftest import FACT_PAGES, REPO, TEST_LLM, free_port, write_text_pdf
+from evaluation import bench
 from retriever import Retriever
+from test_api import start_server
 from test_security import files_holding, live_segments, segment_folders
 
 # -----------------------------------------------------------------------------
@@ -99,6 +103,21 @@ def test_a_kept_pdf_without_a_finished_collection_is_swept_and_a_finished_docume
     assert store.get_collection(kept.collection).count() == kept.chunks
 
 
+@pytest.mark.slow  # starts the API server
+def test_the_api_sweeps_its_store_as_it_starts(tmp_path, three_page_pdf):
+    folder = tmp_path / "store"
+    orphan = ingest.kept_pdf_path("pdf_rag_0123456789abcdef", folder)  # a PDF copied by an ingest killed before its collection
+    orphan.parent.mkdir(parents=True)
+    shutil.copyfile(three_page_pdf, orphan)
+    proc, url = start_server(tmp_path)
+    try:
+        assert not orphan.exists()
+        assert httpx.get(f"{url}/api/documents").json()["documents"] == []
+    finally:
+        bench.stop_api_server(proc)
+    assert "Removed a document (pdf_rag_0123456789abcdef), whose ingest never finished" in (tmp_path / "rag.log").read_text()
+
+
 def test_a_rebuild_stopped_between_its_two_swap_writes_is_swapped_in_at_start_up(store, embedder, three_page_pdf):
     kept = ingest.ingest_pdf(three_page_pdf, store, embedder)
     old = store.get_collection(kept.collection)
@@ -138,6 +157,8 @@ def test_a_symbolic_link_loop_is_named_as_such_wherever_a_path_is_taken(tmp_path
         embedders.local_model(str(loop), "EMBED_MODEL")
     with pytest.raises(ingest.StoreFolderError, match="is a symbolic link loop"):
         ingest.get_client(str(loop))
+    with pytest.raises(conversations.ConversationStoreError, match="loop-a is a symbolic link loop, not a file.$"):
+        conversations.list_conversations(loop)
 
 
 def api_env(tmp_path: Path, **settings: str) -> dict[str, str]:
