@@ -49,7 +49,7 @@ This file is the map: the app, its error handlers and the /api routes. Their par
 errors.py (the JSON error shape and statuses), access.py (token, Host and cross-site checks; body
 limits), uploads.py (multipart parsed to disk), jobs.py (the ingest worker), answers.py (the answer
 worker and its queue), library.py (the objects shared by all requests), shapes.py (JSON shapes) and
-openai_compat.py (the /v1 routes).
+openai_compat.py (the /v1 routes), startup.py (a start-up failure said in one sentence).
 """
 
 from __future__ import annotations
@@ -84,6 +84,7 @@ from server.errors import ApiError, error_response, sse, status_and_message, val
 from server.jobs import IngestJob
 from server.library import Lib, Library
 from server.shapes import conversation_json, document_json, hit_json, line_json, message_json
+from server.startup import PlainStartupFailure, StartupFailure, plain_port_taken
 from server.uploads import UPLOAD_BODY, UploadReader, check_upload
 
 log = logging.getLogger(__name__)
@@ -92,10 +93,17 @@ log = logging.getLogger(__name__)
 # The app
 
 
+# What stops the API from starting, each said in a sentence by the library (see server/startup.py)
+STARTUP_PROBLEMS = (config.SettingError, extract.IngestError, models.ModelUnavailableError)
+
+
 @asynccontextmanager
 async def lifespan(app: FastAPI):
-    config.setup_logging()
-    app.state.library = Library()
+    try:
+        config.setup_logging()
+        app.state.library = Library()  # opens and sweeps the store, loads the embedder
+    except STARTUP_PROBLEMS as err:  # uvicorn prints the sentence; logged here too, the console would show it twice
+        raise StartupFailure(str(err)) from None
     log.info("API ready: %d documents", len(ingest.list_documents(app.state.library.client)))
     yield
     app.state.library.close()
@@ -108,6 +116,8 @@ app = FastAPI(
 )
 app.add_middleware(BodyLimit)  # inside AccessCheck: a refused request's body is never read
 app.add_middleware(AccessCheck)
+app.add_middleware(PlainStartupFailure)  # outermost: it sees the lifespan's failure first
+plain_port_taken()
 app.include_router(openai_compat.router)
 
 

@@ -82,7 +82,11 @@ st.set_page_config(page_title="Chat with your PDFs", page_icon="📄", layout="w
 
 @st.cache_resource
 def store():
-    return ingest.get_client()
+    """The store, once per process; made first, so it is swept of ingests that never finished (``sweep_unfinished``)
+    before anything reads it."""
+    client = ingest.get_client()
+    ingest.sweep_unfinished(client)
+    return client
 
 
 @st.cache_resource

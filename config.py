@@ -17,6 +17,7 @@ to the console; every entry point calls it once.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 from pathlib import Path
@@ -57,6 +58,16 @@ def _embedder_choice(name: str, default: str, plain: tuple[str, ...], prefixed: 
         return f"{kind.lower()}:{what.strip()}"
     forms = ", ".join([*plain, *(f"{kind}:<{'folder or .onnx file' if kind == 'local' else 'model'}>" for kind in prefixed)])
     raise SettingError(f"Setting {name}={value!r} is not one of: {forms}.")
+
+
+def is_link_loop(path: str | os.PathLike) -> bool:
+    """Whether ``path`` (or a folder on the way to it) is a symbolic link loop, so that a message can say so:
+    ``Path.exists()`` answers only False, as for a path that names nothing."""
+    try:
+        os.stat(path)
+    except OSError as err:
+        return err.errno == errno.ELOOP
+    return False
 
 
 def _env(name: str, default):
@@ -420,7 +431,11 @@ def setup_logging(level: int = logging.INFO) -> None:
         return
     root.setLevel(logging.DEBUG)
     fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
-    file_handler = logging.FileHandler(LOG_FILE, encoding="utf-8")
+    try:
+        file_handler = logging.FileHandler(LOG_FILE, encoding="utf-8")
+    except OSError as err:
+        why = "is a symbolic link loop" if is_link_loop(LOG_FILE) else f"cannot be written ({err.strerror})"
+        raise SettingError(f"Setting LOG_FILE={LOG_FILE!r} {why}: name a file in a folder this user can write to.") from None
     file_handler.setLevel(logging.DEBUG)
     console = logging.StreamHandler()
     console.setLevel(level)

@@ -222,6 +222,8 @@ def _db(path: Path | None = None) -> Iterator[sqlite3.Connection]:
     except sqlite3.Error as err:
         raise ConversationStoreError(f"The conversations file {path} could not be read or written ({err}).") from err
     except OSError as err:
+        if config.is_link_loop(path):  # the system's word for it, "Too many levels of symbolic links", hides the loop
+            raise ConversationStoreError(f"The conversations file {path} is a symbolic link loop, not a file.") from err
         raise ConversationStoreError(f"The conversations file {path} could not be opened ({err.strerror or err}).") from err
 
 

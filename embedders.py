@@ -419,6 +419,8 @@ def local_model(value: str, setting: str) -> LocalModel:
     local_model("/models/gemma/onnx/model_quantized.onnx", "EMBED_MODEL").name -> "local:gemma/onnx/model_quantized.onnx#9c0d1e2f"
     """
     path = Path(value).expanduser().absolute()  # not resolve(): a symlinked file keeps the folder it is linked into
+    if value.strip() and config.is_link_loop(path):
+        raise ModelUnavailableError(f"{setting} names {value!r}, which is a symbolic link loop, not a folder or file. {LOCAL_EMBEDDER_HELP}")
     if not value.strip() or not path.exists():
         raise ModelUnavailableError(f"{setting} names {value!r}, but there is no such folder or file on this machine. {LOCAL_EMBEDDER_HELP}")
     if path.is_file():

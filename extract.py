@@ -1,7 +1,7 @@
 """Read a PDF: open it safely, get each page's text (OCR when the words are in a picture; the
 layout kept when asked), and cut page text into chunks whose character offsets index the page exactly.
 
-    file -> open_pdf()        checks: a readable file (not a folder or a dangling link), size, %PDF-,
+    file -> open_pdf()        checks: a readable file (not a folder, a dangling link or a link loop), size, %PDF-,
                               opens, not encrypted, has pages, page limit, every page readable (a
                               truncated file MuPDF had to repair is "damaged: pages 8–15 could not
                               be read" unless KEEP_READABLE_PAGES)
@@ -187,6 +187,8 @@ def display_name(path: Path) -> str:
 
 def _read_head(path: Path, name: str) -> tuple[int, bytes]:
     """The file's size and first KiB, or the FileProblemError that says why it cannot be read."""
+    if config.is_link_loop(path):
+        raise FileProblemError(f"{name} is a symbolic link loop, not a file.")
     if path.is_symlink() and not path.exists():
         raise FileProblemError(f"{name} is a link to a file that does not exist.")
     if not path.exists():

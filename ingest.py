@@ -21,7 +21,9 @@ Crash safety: a collection is created with status "ingesting" and only gets
 status "complete" (with its counts) as the very last write. Anything that finds
 a collection in another state treats it as garbage: the next ingest of that
 file deletes and rebuilds it, and readers skip it. A per-file lock stops two
-processes on one machine from building the same collection at once.
+processes on one machine from building the same collection at once. At start-up the app,
+the API and this CLI remove every document whose ingest never finished (``sweep_unfinished``):
+its collection and kept PDF, as Remove does, unless a live process holds its lock.
 
 Another embedder: each collection records the name of the embedder that made its vectors
 (``embedders.embedder_name``; a local model's name carries a fingerprint of its files, so a
@@ -60,6 +62,7 @@ import fcntl
 import hashlib
 import json
 import logging
+import os
 import shutil
 import sqlite3
 import sys
@@ -142,6 +145,10 @@ class StoreUnavailableError(IngestError):
     """The ChromaDB server named by CHROMA_HOST / CHROMA_PORT does not answer."""
 
 
+class StoreFolderError(StoreUnavailableError):
+    """The store folder (CHROMA_PERSIST_DIR) cannot be made, written or opened: a store unavailable here."""
+
+
 class StorePurgeError(IngestError):
     """A document was removed but the store folder could not be purged of its bytes."""
 
@@ -209,7 +216,28 @@ def get_client(path: str | None = None) -> chromadb.ClientAPI:
     """
     if config.CHROMA_HOST and path is None:
         return _server_client(config.CHROMA_HOST, config.CHROMA_PORT)
-    return chromadb.PersistentClient(path=path or config.CHROMA_PERSIST_DIR)
+    folder = _usable_store_folder(Path(path or config.CHROMA_PERSIST_DIR))
+    try:
+        return chromadb.PersistentClient(path=str(folder))
+    except chromadb.errors.ChromaError as err:  # e.g. a chroma.sqlite3 that is not a database
+        raise StoreFolderError(f"The store in {folder} cannot be opened ({err}).") from err
+
+
+def _usable_store_folder(folder: Path) -> Path:
+    """``folder``, made if missing; a StoreFolderError saying why when it cannot be a store folder.
+    Checked here because ChromaDB says only "File exists (os error 17)" for a link loop, say."""
+    fix = "Set CHROMA_PERSIST_DIR to a folder this user can write to."
+    if config.is_link_loop(folder):
+        raise StoreFolderError(f"The store folder {folder} is a symbolic link loop. {fix}")
+    if folder.exists() and not folder.is_dir():
+        raise StoreFolderError(f"The store folder {folder} is a file, not a folder. {fix}")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise StoreFolderError(f"The store folder {folder} cannot be created ({err.strerror}). {fix}") from err
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise StoreFolderError(f"The store folder {folder} cannot be written to. {fix}")
+    return folder
 
 
 def _collection_or_none(client: chromadb.ClientAPI, name: str):
@@ -352,6 +380,9 @@ def purge_deleted(folder: Path) -> list[str]:
             db.execute("INSERT INTO embedding_fulltext_search(embedding_fulltext_search) VALUES('optimize')")
             db.commit()
             db.execute("VACUUM")
+            # In WAL mode the old pages would stay in chroma.sqlite3-wal until overwritten: copy them in and empty it
+            # (the store ChromaDB makes today uses a rollback journal, where this does nothing).
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             segments = {row[0] for row in db.execute("SELECT id FROM segments")}
     except sqlite3.Error as err:
         raise StorePurgeError(
@@ -444,15 +475,20 @@ def other_embedder_message(docs: list[dict], embedder: Embeddings | str) -> str:
 
 
 @contextmanager
-def _file_lock(sha256: str, store: Path) -> Iterator[None]:
+def _file_lock(sha256: str, store: Path, wait: bool = True) -> Iterator[bool]:
     """Hold an exclusive lock for one document while it is built (waits for a concurrent builder);
-    the lock lives in ``store`` (a ``store_dir``)."""
+    the lock lives in ``store`` (a ``store_dir``). With ``wait=False`` a lock another holds is not
+    waited for: the body runs at once and is told False (True: the lock is held)."""
     lock_dir = store / "locks"
     lock_dir.mkdir(parents=True, exist_ok=True)
     with open(lock_dir / f"{sha256[:16]}.lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
         try:
-            yield
+            fcntl.flock(handle, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
@@ -774,6 +810,72 @@ def _discard_unfinished(client: chromadb.ClientAPI, name: str, doc_name: str) ->
     except StorePurgeError as err:
         return str(err)
     return ""
+
+
+# -----------------------------------------------------------------------------
+# Start-up: what an ingest killed midway left is removed whole
+
+
+def sweep_unfinished(client: chromadb.ClientAPI) -> list[str]:
+    """Remove every document whose ingest never finished (the process was killed, the machine lost power):
+    its collection (passages, vectors, labels) and its kept PDF, by the same removal as a failed build
+    (``_discard_unfinished``, which is Remove's ``delete_document``), the store folder then purged; one log
+    line per document. The app, the API and ``ingest.py`` run it as they start; returns the collections removed.
+
+    Unfinished means without the completion marker: a collection whose status is not "complete", or a kept
+    PDF without a complete collection. A document whose per-file lock (``_file_lock``) another live process
+    holds is being built right now (the app and the API on one store) and is left alone; a lock dies with its
+    process, so a killed ingest's is free. A rebuild killed between its two swap writes left a whole copy
+    ("rebuilt"): the swap is finished instead, so re-embedding never loses a document. A ChromaDB server is
+    not swept: other machines may be writing to it, and their locks are not on this one.
+    """
+    folder = _store_folder(client)
+    if folder is None:
+        return []
+    swept = []
+    for name in sorted(_unfinished_documents(client, folder)):
+        with _file_lock(name.removeprefix(config.COLLECTION_PREFIX), folder, wait=False) as ours:
+            if not ours:
+                log.info("Left %s as it is: another process is adding it now", name)
+            elif _sweep_document(client, name, folder):
+                swept.append(name)
+    return swept
+
+
+def _unfinished_documents(client: chromadb.ClientAPI, folder: Path) -> set[str]:
+    """The collection names of the documents something unfinished is left of: a collection not marked complete
+    (a rebuild's ``_rebuild`` copy counts for its document), or a kept PDF (or its ``.partial``) without a
+    complete collection. Read without the locks: ``_sweep_document`` looks again under the document's lock."""
+    complete, unfinished = set(), set()
+    with _server_errors():
+        collections = client.list_collections()
+    for col in collections:
+        if col.name.startswith(config.COLLECTION_PREFIX):
+            (complete if is_complete(col) else unfinished).add(col.name.removesuffix(REBUILD_SUFFIX))
+    kept = {p.name.split(".")[0] for p in kept_pdf_path("", folder).parent.glob(f"{config.COLLECTION_PREFIX}*")}
+    return unfinished | (kept - complete)
+
+
+def _sweep_document(client: chromadb.ClientAPI, name: str, folder: Path) -> bool:
+    """Remove what is unfinished of document ``name``, its lock held; whether anything was removed."""
+    done = _collection_or_none(client, name)
+    staging = _collection_or_none(client, name + REBUILD_SUFFIX)
+    if staging is not None and done is None and staging.metadata.get("status") == "rebuilt":
+        staging.modify(name=name, metadata={**staging.metadata, "status": "complete"})  # the swap's second write
+        log.warning("Finished swapping in the rebuilt %s (%s), left half-swapped by a re-embed that was stopped",
+                    staging.metadata.get("doc_name"), name)
+        return False
+    if staging is not None:  # its document's own collection and kept PDF are another matter, seen below
+        _drop_collection(client, staging.name)
+        log.warning("Removed %s%s, a rebuild of %s that never finished", name, REBUILD_SUFFIX, staging.metadata.get("doc_name"))
+    if done is not None and is_complete(done):
+        return staging is not None
+    doc_name = (done.metadata or {}).get("doc_name", "") if done is not None else ""
+    kept_pdf_path(name, folder).with_suffix(".partial").unlink(missing_ok=True)  # a copy killed midway (_keep_pdf)
+    leftover = _discard_unfinished(client, name, doc_name or name)
+    log.warning("Removed %s (%s), whose ingest never finished: its passages, vectors and labels, and its kept PDF%s",
+                doc_name or "a document", name, f". {leftover}" if leftover else "")
+    return True
 
 
 def _write_collection(doc, client, main, name, meta, progress, t0, profile: IngestProfile,
@@ -1179,6 +1281,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     try:
         client = get_client()
+        sweep_unfinished(client)  # before any ingest: a document this run adds is never swept
         embedder = embedders.get_embeddings()
     except (StoreUnavailableError, models.ModelUnavailableError) as err:  # e.g. EMBED_MODEL names no folder here
         sys.stderr.write(f"{err}\n")

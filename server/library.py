@@ -31,6 +31,7 @@ class Library:
 
     def __init__(self):
         self.client = ingest.get_client()
+        ingest.sweep_unfinished(self.client)  # what a killed ingest left, before the first listing or search
         self.embedder = embedders.get_embeddings()
         self.retriever = Retriever(self.client, self.embedder)
         self.retriever.refresh()
