@@ -7,13 +7,16 @@ interaction):
              -> searchable at once; page labelling queued on the BackgroundEnricher
              library (live progress) with remove, and re-embed for a document made with another embedder;
              scope; settings; model picker (models.chat_choices, probed at most every 30 s) and status
-    main:    replay the chat -> st.chat_input -> qa.ask()
+    main:    replay the chat -> st.chat_input -> answering.ask(): the question is queued on the conversation's
+             worker thread, which answers its questions in turn (write_answer -> qa.ask()) outside any script
+             run, so a question sent meanwhile (a rerun stops the run) waits its turn instead of stopping the
+             answer; the run only watches the worker (watch_answers, LiveAnswer), and the next run watches again
              -> its evidence lines (evidence.py), shown as soon as ask() returns, before any model call:
                 "What your documents say", the first EVIDENCE_LINES lines numbered [L1].. as the model
                 reads them, the rest of the ANSWER_LINES it read in a collapsed "All N lines the model read";
                 each line with a chip opening its page, the line highlighted
-             -> the answer streamed under them by st.write_stream
-             (a status line says what is happening until the first words arrive)
+             -> the answer drawn under them as it streams
+             (a status line says what is happening, and for how long, until the answer is done)
              -> the lines drawn again once the answer is known: when nothing in the library was close to
                 the question (Answer.nothing_found) they are only the nearest lines, so they move into a
                 collapsed "Nearest lines ... none is about your question" and are not numbered
@@ -25,8 +28,8 @@ interaction):
                 wrote it, optional trace
              The lines lead every answer and are kept with its message: when the model refuses, or no page
              backs what it wrote, they are still there, so the person has what the documents say.
-    conversations (conversations.py): each question and each answer (its Answer, evidence lines, error) is
-             saved as it happens in a SQLite file beside the store; the page's address names the
+    conversations (conversations.py): each question (when its turn comes) and each answer (its Answer,
+             evidence lines, error) is saved by the worker as it happens in a SQLite file beside the store; the page's address names the
              conversation shown (?c=<id>), so a reload, a new tab with that address or a restart opens it
              again and replays it exactly as before: the same lines, chips and page previews. The sidebar
              lists them (new, switch, rename, delete for good, export as Markdown); a chip whose document
@@ -46,6 +49,7 @@ Everything that is not layout lives in the other modules. ``main()`` runs when S
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import tempfile
@@ -62,6 +66,7 @@ except SystemExit as err:  # config.SettingError: a setting in the environment c
     st.error(str(err))
     st.stop()
 
+import answering
 import checker
 import conversations
 import embedders
@@ -73,7 +78,7 @@ import prompts
 import qa
 from records import Hit
 from retriever import Retriever
-from safe_text import md, md_stream, passage_md
+from safe_text import md, passage_md
 
 config.setup_logging()
 log = logging.getLogger(__name__)
@@ -459,8 +464,8 @@ def show_evidence(lines: list[Hit], key: str, answering: bool = False, library: 
     """The lines of the documents that answer the question, numbered [L1].. as the model reads them: the
     first EVIDENCE_LINES under "What your documents say", the others in a collapsed expander; each beside
     a chip that opens its page with the line highlighted (marked "removed" when its document has left
-    ``library``). While an answer is being written the chips are disabled: a click reruns the script,
-    which would stop the answer half-way and lose it.
+    ``library``). While an answer is being written the chips are disabled: the lines are drawn again, under
+    other keys, once it is done, which would close a page opened meanwhile.
 
     When ``answer`` found nothing close to the question, the lines are only the nearest ones: they are not
     presented as what the documents say, but kept, unnumbered, in a collapsed expander that says none is
@@ -566,46 +571,126 @@ def show_message(index: int, message: dict, show_trace: bool, library: set[str] 
             show_answer_details(message["answer"], str(index), show_trace, library)
 
 
-def answer_now(question: str, history: list[tuple[str, str]], scope, k: int, key: str, choice: str | None) -> dict:
-    """Show the evidence lines as soon as the search has found them, then stream the answer under
-    them into the open chat message; return the message to keep, the lines with it (``key``: the
-    message's index, so a replay finds the chips' state under the same keys).
+def write_answer(question: str, history: list[tuple[str, str]], progress: answering.Progress, *, retriever: Retriever,
+                 scope, k: int, choice: str | None) -> dict:
+    """Answer ``question`` on the answering worker's thread (answering.py), out of any script run, so that
+    nothing the person does on the page stops it: ``progress`` gets each stage, the evidence lines as soon as
+    the search has found them, and the text as it streams; returns the message to keep, the lines with it.
+    No Streamlit call here: the page draws ``progress`` (watch_answers).
 
     Any failure becomes a message in the chat, so the conversation so far survives it; the lines
     found before it stay.
     """
-    if any(p.state == "labelling" for p in labelling_progress().values()):
-        st.caption("Page labelling paused while answering")
-    nearest_slot = st.empty()  # the lines set aside, should they turn out to be only the nearest
-    evidence_slot = st.empty()  # above the answer: the lines are known before the model says a word
-    status = st.empty()  # what is happening while the person waits: searching, reading, writing
     lines: list[Hit] = []
     llm = None
     try:
         with models.QUESTIONS.asking():  # the background labeller waits until the answer is out
+            progress.say("Getting the model ready…")
             llm = models.get_chat_model(choice)  # the model picked in the sidebar, loaded once per process
-            stream = qa.ask(question, retriever(), llm=llm, history=history, scope=scope, k=k,
-                            on_stage=lambda text: status.caption(text))
-            lines = stream.evidence
-            with evidence_slot.container():
-                show_evidence(lines, key, answering=True)
-            st.write_stream(md_stream(stream))
-        reply = {"role": "assistant", "content": stream.result.text, "answer": stream.result,
-                 "model_id": choice if stream.result.model else None}  # kept with the conversation, as the API keeps it
+            stream = qa.ask(question, retriever, llm=llm, history=history, scope=scope, k=k, on_stage=progress.say)
+            progress.evidence = lines = stream.evidence
+            for piece in stream:
+                progress.text += piece
+        return {"role": "assistant", "content": stream.result.text, "answer": stream.result, "evidence": lines,
+                "model_id": choice if stream.result.model else None}  # kept with the conversation, as the API keeps it
     except (models.ModelUnavailableError, ingest.IngestError) as err:
-        reply = {"role": "assistant", "content": "", "error": str(err)}
+        return {"role": "assistant", "content": "", "error": str(err), "evidence": lines}
     except Exception as err:  # e.g. Ollama's embedder gone mid-search: say so, keep the chat
         log.exception("Answering failed")
-        reply = {"role": "assistant", "content": "", "error": models.explain_failure(err, llm)}
-    finally:
-        status.empty()
-    answer = reply.get("answer")
-    if found_nothing(answer):  # in a slot of their own: a container redrawn smaller keeps what it held below
-        evidence_slot.empty()
-        evidence_slot = nearest_slot
-    with evidence_slot.container():  # the same lines, their chips usable now that nothing is being written
-        show_evidence(lines, key, answer=answer)
-    return {**reply, "evidence": lines}
+        return {"role": "assistant", "content": "", "error": models.explain_failure(err, llm), "evidence": lines}
+
+
+class LiveAnswer:
+    """An answer being written by the worker, drawn in its chat message as it comes: the evidence lines as
+    soon as they are known (their chips disabled: the lines are drawn again when the answer is done), the text
+    so far, and a status line saying what is going on and for how long. ``finish`` draws it as it is kept."""
+
+    def __init__(self, progress: answering.Progress, show_trace: bool, labelling: bool):
+        self.key = str(progress.index + 1)  # the index the reply has when the chat is replayed
+        self.show_trace = show_trace
+        self.message = st.chat_message("assistant")
+        with self.message:
+            if labelling:
+                st.caption("Page labelling paused while answering")
+            self.nearest_slot = st.empty()  # the lines set aside, should they turn out to be only the nearest
+            self.evidence_slot = st.empty()  # above the answer: the lines are known before the model says a word
+            self.text_slot = st.empty()
+            self.status_slot = st.empty()  # what is happening while the person waits: searching, reading, writing
+        self.lines_drawn = False
+        self.text_drawn = ""
+
+    def update(self, progress: answering.Progress) -> None:
+        if progress.evidence and not self.lines_drawn:
+            with self.evidence_slot.container():
+                show_evidence(progress.evidence, self.key, answering=True)
+            self.lines_drawn = True
+        if progress.text != self.text_drawn:
+            self.text_slot.markdown(md(progress.text))
+            self.text_drawn = progress.text
+        # drawn on every look, changed or not: Streamlit hears a new question from the page only at a call like this
+        self.status_slot.caption(f"{md(progress.stage or 'Starting…')} ({progress.seconds()} s)")
+
+    def finish(self, reply: dict) -> None:
+        self.status_slot.empty()
+        answer = reply.get("answer")
+        slot = self.evidence_slot
+        if found_nothing(answer):  # in a slot of their own: a container redrawn smaller keeps what it held below
+            slot.empty()
+            slot = self.nearest_slot
+        with slot.container():  # the same lines, their chips usable now that nothing is being written
+            show_evidence(reply.get("evidence", []), self.key, answer=answer)
+        if reply.get("error"):
+            self.text_slot.error(md(reply["error"]))
+        else:
+            self.text_slot.markdown(md(reply["content"]))
+            with self.message:
+                show_answer_details(answer, self.key, self.show_trace)
+
+
+WAITING = "Asked while the answer above was being written: answered next, when that one is saved."
+LOOK_EVERY = 0.2  # seconds between two looks at the worker
+
+
+def watch_answers(job: answering.Answering, drawn: int, show_trace: bool, library: set[str]) -> None:
+    """Draw what the conversation's worker does until it has answered every question queued: each message it
+    finishes, the answer being written (LiveAnswer) and the questions waiting their turn. ``drawn``: how many
+    of its messages are on the page already. A rerun (a new question, a click) stops this watching, not the
+    worker; the next run replays what is done and watches again."""
+    turns = st.container()  # the messages finished while watching, and the answer being written, in order
+    waiting_slot = st.empty()  # below them: the questions asked meanwhile
+    labelling = any(p.state == "labelling" for p in labelling_progress().values())
+    live: LiveAnswer | None = None
+    waiting_drawn: list[str] | None = None
+    while True:
+        messages, current, waiting, busy = job.state()
+        for index in range(drawn, len(messages)):
+            if live is not None and index == int(live.key):
+                live.finish(messages[index])
+                live = None
+            else:
+                with turns:
+                    show_message(index, messages[index], show_trace, library)
+        drawn = max(drawn, len(messages))
+        if current is not None and live is None and current.index < drawn:
+            with turns:
+                live = LiveAnswer(current, show_trace, labelling)
+        if live is not None and current is not None:
+            live.update(current)
+        if waiting != waiting_drawn and not waiting:
+            waiting_slot.empty()
+            waiting_drawn = waiting
+        elif waiting != waiting_drawn:
+            with waiting_slot.container():
+                for question in waiting:
+                    with st.chat_message("user"):
+                        st.markdown(md(question))
+                        st.caption(WAITING)
+            waiting_drawn = waiting
+        for problem in job.take_problems():
+            add_notice(f"This chat is not being saved. {md(problem)}", "warning")
+        if not busy and live is None and drawn >= len(messages):
+            return
+        time.sleep(LOOK_EVERY)
 
 
 # -----------------------------------------------------------------------------
@@ -661,17 +746,33 @@ def start_conversation() -> str:
     return conversation.id
 
 
-def save(*messages: dict) -> None:
-    """Add ``messages`` to the conversation shown, starting one at its first question. When saving
-    fails (the file cannot be written) the chat goes on unsaved, and the sidebar says so."""
+UNSAVED = "unsaved-"  # the worker's key of a chat whose conversation could not be started (the file cannot be written)
+
+
+def conversation_key() -> str:
+    """The conversation shown, started at its first question; when it cannot be started the chat goes on
+    unsaved (under a key of this session's), and the sidebar says so."""
+    if conversation := st.session_state.get("conversation"):
+        return conversation
     try:
-        try:
-            conversations.append(st.session_state.get("conversation") or start_conversation(), *messages)
-        except conversations.ConversationNotFound:  # deleted in another window meanwhile
-            conversations.append(start_conversation(), *messages)
-            add_notice("This chat's conversation was deleted in another window; from this question on it is saved as a new one.", "warning")
+        return start_conversation()
     except conversations.ConversationStoreError as err:
         add_notice(f"This chat is not being saved. {md(err)}", "warning")
+        return st.session_state.setdefault("unsaved", f"{UNSAVED}{uuid.uuid4().hex}")
+
+
+def save_message(conversation_id: str, message: dict) -> str | None:
+    """Add ``message`` to the conversation (on the answering worker's thread: no Streamlit here); what went
+    wrong, in words, when it could not be saved (the page says it in the sidebar), else None."""
+    if conversation_id.startswith(UNSAVED):
+        return None
+    try:
+        conversations.append(conversation_id, message)
+    except conversations.ConversationNotFound:
+        return "Its conversation was deleted in another window; start a new chat to keep the next questions."
+    except conversations.ConversationStoreError as err:
+        return str(err)
+    return None
 
 
 def rename_conversation(conversation_id: str) -> None:
@@ -742,29 +843,23 @@ def conversations_panel(library: set[str]) -> None:
 
 
 def chat(scope: list[str] | None, k: int, show_trace: bool, choice: str | None, library: set[str]) -> None:
-    """Replay the conversation, then answer a new question; each message is saved as it is made."""
-    messages = st.session_state.messages
+    """Replay the conversation, take a new question, then watch the answers being written (answering.py):
+    a question asked while another is being answered waits its turn and is answered after it; the box stays
+    open, and nothing sent from it stops an answer. Each message is saved as it is made."""
+    job = answering.running(st.session_state.get("conversation") or st.session_state.get("unsaved"))
+    if job is not None:  # being answered (in this session, or another: a reload, a tab): the worker's list is the chat
+        st.session_state.messages = job.messages
+    messages = job.state()[0] if job is not None else list(st.session_state.messages)
     for index, message in enumerate(messages):
         show_message(index, message, show_trace, library)
     question = st.chat_input("Ask about your documents")
-    if not question:
-        return
-    if not library:
+    if question and not library:
         st.info("Your library is empty: add a PDF in the sidebar first.")
-        return
-    history = conversations.history(messages)
-    messages.append({"role": "user", "content": question})
-    save(messages[-1])  # at once: the question is kept even if the answer never comes
-    show_message(len(messages) - 1, messages[-1], show_trace)
-    key = str(len(messages))  # the index the reply will have when the chat is replayed
-    with st.chat_message("assistant"):
-        reply = answer_now(question, history, scope, k, key, choice)
-        if reply.get("error"):
-            st.error(md(reply["error"]))
-        else:
-            show_answer_details(reply["answer"], key, show_trace)
-    messages.append(reply)
-    save(reply)
+    elif question:
+        work = functools.partial(write_answer, retriever=retriever(), scope=scope, k=k, choice=choice)  # this question's settings
+        job = answering.ask(conversation_key(), st.session_state.messages, question, work, save_message)
+    if job is not None:
+        watch_answers(job, len(messages), show_trace, library)
 
 
 def main() -> None:

@@ -119,6 +119,9 @@ def history_text(history: list[tuple[str, str]]) -> str:
     return "\n".join(f"{role}: {strip_markers(text)[:500]}" for role, text in turns)
 
 
+REWRITE_STAGE = "Reading your follow-up with the conversation…"
+
+
 def rewrite_query(llm: BaseChatModel, question: str, history: list[tuple[str, str]]) -> str:
     """The follow-up ``question`` as a standalone search query (the question itself if the LLM fails)."""
     messages = [
@@ -378,7 +381,8 @@ def ask(
 ) -> AnswerStream:
     """Answer ``question`` from the documents in ``scope`` (all when None); see the module docstring.
 
-    ``on_stage`` hears what is going on while the person waits: "Searching your documents…",
+    ``on_stage`` hears what is going on while the person waits: "Reading your follow-up with the
+    conversation…" (a follow-up rewritten to stand alone), "Searching your documents…",
     "Reading 3 lines…", "Writing…", "Checking the citations…". Given ``passages``, the model reads
     those instead of what a search would find (``evaluation/eval_answers.py --replay`` re-asks stored passages,
     so a change of prompt is measured without the noise of retrieval). ``reads`` ("lines", "passages")
@@ -411,6 +415,7 @@ def read_question(turn: Turn) -> None:
                                          lambda text: models.count_tokens(llm, text), models.context_setting(llm))
     turn.history, turn.query = history, turn.question
     if turn.given is None and needs_rewrite(turn.question, history):
+        turn.stage(REWRITE_STAGE)  # a model call of its own, seconds long: said like every other stage
         turn.query = turn.answer.rewritten_query = rewrite_query(turn.llm, turn.question, history)
     turn.parsed = parse_question(turn.query)
     # the retriever searches the question without its instructions; the prompt states them

@@ -3,8 +3,11 @@ the real embedder and the small embedded chat model."""
 
 from __future__ import annotations
 
+import functools
 import itertools
+import json
 import re
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -615,3 +618,60 @@ def test_a_question_about_the_sections_lists_each_with_its_pages_and_a_chip_to_o
 def test_a_document_too_short_to_tell_its_language_gets_no_language_warning(store, embedder, three_page_pdf, small_model):
     app = upload(AppTest.from_file(APP, default_timeout=300).run(), write_text_pdf(three_page_pdf.with_name("note.pdf"), ["A short note."]))
     assert not app.sidebar.warning and "unknown" not in sidebar_text(app)
+
+
+def test_a_question_sent_while_an_answer_is_written_waits_its_turn_and_every_answer_is_kept(store, embedder, three_page_pdf, small_model, ollama_server, monkeypatch):
+    """Streamlit stops a script run when a question is sent from the page. The first answer is written by the
+    conversation's worker (answering.py), not by the run that asked it: here that run is gone (as a rerun stops
+    it) and a new session of the same address sends the next question while the model (a stand-in) holds the
+    first reply. The new question waits, the first answer is finished and saved, then the new one is answered
+    with it in its history; the page and the saved conversation hold every question followed by its answer."""
+    import answering
+
+    page = the_page()
+    ingest.ingest_pdf(three_page_pdf, store, embedder)
+    monkeypatch.setattr(config, "LLM_BACKEND", "ollama")
+    monkeypatch.setattr(config, "EMBED_BACKEND", "embedded")
+    monkeypatch.setattr(ollama_server, "models", [config.OLLAMA_DEFAULT_LLM])
+    monkeypatch.setattr(ollama_server, "replies", ["The railway reached the town in 1889 [1].",
+                                                   "How long did the trains to the capital take?",  # the follow-up rewritten
+                                                   "Trains to the capital took nine hours [1]."])
+    monkeypatch.setattr(ollama_server, "chats", [])
+    asked, release = threading.Event(), threading.Event()
+    reply_now = ollama_server.do_POST
+
+    def held(handler):
+        if handler.path == "/api/chat":
+            asked.set()
+            release.wait(timeout=120)
+        reply_now(handler)
+
+    monkeypatch.setattr(ollama_server, "do_POST", held)
+    st.cache_resource.clear()
+    models.forget_chat_models()
+    conversation = conversations.create()
+    app = AppTest.from_file(APP, default_timeout=300)  # a page of the conversation, open before its first question
+    app.query_params["c"] = conversation.id
+    app.run()
+    work = functools.partial(page.write_answer, retriever=Retriever(store, embedder), scope=None, k=config.TOP_K, choice=None)
+    job = answering.ask(conversation.id, [], QUESTION, work, page.save_message)  # asked by a run that is gone since
+    assert asked.wait(timeout=120)  # the model is writing the first answer
+    seen = {}
+
+    def look_then_release():
+        seen["waiting"] = job.state()[2]
+        release.set()
+
+    try:
+        threading.Timer(3, look_then_release).start()  # while the next question waits
+        app.chat_input[0].set_value("And how long did the trains take?").run(timeout=300)
+    finally:
+        release.set()
+    assert not app.exception and seen["waiting"] == ["And how long did the trains take?"]
+    said = [(m.name, shown(answer_markdown(m) if m.name == "assistant" else m.markdown[0].value)) for m in app.chat_message]
+    assert said == [("user", QUESTION), ("assistant", "The railway reached the town in 1889 [1]."),
+                    ("user", "And how long did the trains take?"), ("assistant", "Trains to the capital took nine hours [1].")]
+    saved = conversations.get(conversation.id).messages
+    assert [(m["role"], m["content"]) for m in saved] == [(role, text) for role, text in said]  # kept, in the order asked
+    assert len(ollama_server.chats) == 3 and all("1889" in json.dumps(c["messages"]) for c in ollama_server.chats[1:])  # in its history
+    assert not any("(" in c.value and " s)" in c.value for c in app.chat_message[3].caption)  # the status line is gone

@@ -354,3 +354,78 @@ def test_a_conversation_comes_back_after_a_reload_and_a_restart_and_leaves_nothi
         expect(page.get_by_test_id("stSidebar")).not_to_contain_text(marker)
         expect(page).not_to_have_url(re.compile(r"c="))
     assert files_holding(store, marker) == [] and files_holding(store, conversation) == []  # its text is nowhere under the store
+
+
+def test_a_question_typed_while_a_follow_up_is_answered_waits_its_turn_and_every_answer_is_kept(serve_app, ollama_server, monkeypatch, tmp_path):
+    """The defect: a follow-up was being rewritten by the model (no status line said so) when the next question
+    was typed; Streamlit stopped the run that was answering it, and the follow-up was saved with no answer.
+    Here the model (a stand-in speaking Ollama's protocol) holds the follow-up's rewrite while the next
+    question is typed 3 s after the follow-up was sent: the page says what is going on, the new question
+    waits its turn, the follow-up is answered, then the new question; a reload of the conversation's
+    address shows every question with its answer."""
+    store = tmp_path / "store"
+    first, follow_up, then = ("When did the railway reach the town?", "And how long did the trains to the capital take?",
+                              "Who was the lighthouse keeper of Port Elwin?")
+    answers = ["The railway reached the town in 1889 [1].", "Trains to the capital took nine hours [1].",
+               "Margaret Tolland kept the lighthouse [1]."]
+    rewriting, release = threading.Event(), threading.Event()
+    reply_now = ollama_server.do_POST
+    chats = []
+
+    def hold_the_rewrite(handler):
+        if handler.path == "/api/chat":
+            chats.append(handler.path)
+            if len(chats) == 2:  # the second model call: the follow-up rewritten before its search
+                rewriting.set()
+                release.wait(timeout=180)
+        reply_now(handler)
+
+    monkeypatch.setattr(ollama_server, "do_POST", hold_the_rewrite)
+    monkeypatch.setattr(ollama_server, "models", [config.OLLAMA_DEFAULT_LLM])
+    monkeypatch.setattr(ollama_server, "replies", [answers[0], "How long did the trains to the capital take?", *answers[1:]])
+    app_url = serve_app(LLM_BACKEND="ollama", OLLAMA_BASE_URL=config.OLLAMA_BASE_URL)
+    pdf = write_text_pdf(
+        tmp_path / "harbour.pdf",
+        [
+            "The lighthouse keeper of Port Elwin was Margaret Tolland.",
+            "The fishing fleet landed mostly cod and haddock.",
+            "The railway reached the town in 1889. Trains to the capital took nine hours.",
+        ],
+    )
+    messages = None
+    try:
+        with browser_page(tmp_path) as page:
+            upload_and_wait(page, app_url, pdf)
+            messages = page.get_by_test_id("stChatMessage")
+            ask(page, first)
+            expect(messages.nth(1)).to_contain_text(answers[0], timeout=120_000)
+            expect(messages.nth(1)).to_contain_text("Written by", timeout=60_000)  # done and saved
+
+            ask(page, follow_up)
+            sent = time.monotonic()
+            assert rewriting.wait(timeout=120)  # the model is rewriting the follow-up
+            expect(messages.nth(3)).to_contain_text("Reading your follow-up with the conversation…", timeout=30_000)
+            page.wait_for_timeout(max(0, 3000 - (time.monotonic() - sent) * 1000))
+            ask(page, then)  # 3 s after the follow-up was sent, while it is being answered
+            expect(messages.nth(4)).to_contain_text(then, timeout=30_000)
+            expect(messages.nth(4)).to_contain_text("answered next")  # it waits its turn
+            expect(messages.nth(3)).to_contain_text("Reading your follow-up with the conversation…")  # not stopped
+            release.set()
+
+            expect(messages.nth(5)).to_contain_text(answers[2], timeout=120_000)
+            expect(messages.nth(5)).to_contain_text("Written by", timeout=60_000)
+            expect(messages).to_have_count(6)
+            expect(messages.nth(3)).to_contain_text(answers[1])  # both answers on screen
+            expect(messages.nth(4)).not_to_contain_text("answered next")
+
+            conversation = page.url.rsplit("c=", 1)[1]
+            page.reload()  # the conversation's address, in a new session
+            expect(messages).to_have_count(6, timeout=60_000)
+            for number, (question, answer) in enumerate(zip([first, follow_up, then], answers)):
+                expect(messages.nth(2 * number)).to_contain_text(question)
+                expect(messages.nth(2 * number + 1)).to_contain_text(answer)
+    finally:
+        release.set()  # never leave the stand-in's request thread waiting
+    kept = conversations.get(conversation, path=store / "conversations.sqlite3")
+    assert [(m["role"], m["content"]) for m in kept.messages] == [
+        ("user", first), ("assistant", answers[0]), ("user", follow_up), ("assistant", answers[1]), ("user", then), ("assistant", answers[2])]

@@ -173,7 +173,11 @@ def test_a_follow_up_is_rewritten_with_the_conversation(facts, llm):
         ("user", "Who was the lighthouse keeper of Port Elwin?"),
         ("assistant", "Margaret Tolland was the lighthouse keeper [1]."),
     ]
-    answer = qa.answer_question("And for how many winters?", retriever, llm=llm, history=history)
+    stages = []
+    stream = qa.ask("And for how many winters?", retriever, llm=llm, history=history, on_stage=stages.append)
+    assert stages[:2] == ["Reading your follow-up with the conversation…", "Searching your documents…"]  # the rewrite is a stage too
+    list(stream)
+    answer = stream.result
     assert answer.rewritten_query and answer.rewritten_query != "And for how many winters?"
     rewritten = answer.rewritten_query.lower()
     assert any(word in rewritten for word in ("lighthouse", "tolland", "elwin", "keeper", "lamp"))
