@@ -288,7 +288,7 @@ def test_given_passages_are_read_instead_of_a_search(store, embedder, ollama_cha
 def test_a_bare_refusal_stands_and_the_model_is_asked_once(facts, ollama_chat, monkeypatch):
     monkeypatch.setattr(ollama_chat, "replies", [prompts.REFUSAL])
     retriever, _ = facts
-    answer = qa.answer_question("When did the railway reach the town?", retriever, llm=models.get_chat_model())
+    answer = qa.answer_question("Which trains went to the capital?", retriever, llm=models.get_chat_model())
     assert len(ollama_chat.chats) == 1 and answer.refused and answer.text == prompts.NEAREST_LINES  # the lines were found
 
 
@@ -304,10 +304,24 @@ def test_rule_a_bare_yes_or_no_or_one_opening_a_refusal_is_no_answer():
 def test_rule_a_refusal_beside_the_lines_found_says_they_are_the_nearest(facts, ollama_chat, monkeypatch):
     monkeypatch.setattr(ollama_chat, "replies", ["No. The documents do not say."] * 2)
     retriever, _ = facts
-    answer = qa.answer_question("When did the railway reach the town?", retriever, llm=models.get_chat_model())
+    question = "Which trains went to the capital?"  # asks no figure or date: no line is quoted
+    answer = qa.answer_question(question, retriever, llm=models.get_chat_model())
     assert answer.evidence and answer.refused and answer.text == prompts.NEAREST_LINES
     with rules.off(["refusal_beside_lines"]):
-        assert qa.answer_question("When did the railway reach the town?", retriever, llm=models.get_chat_model()).text == prompts.REFUSAL
+        assert qa.answer_question(question, retriever, llm=models.get_chat_model()).text == prompts.REFUSAL
+
+
+def test_rule_a_refusal_quotes_the_line_that_fits_the_question(facts, ollama_chat, monkeypatch):
+    """Asked how much, the model refuses; the line shown with a figure and a word asked is quoted as the nearest, and checked."""
+    monkeypatch.setattr(ollama_chat, "replies", [prompts.REFUSAL] * 2)
+    retriever, _ = facts
+    question = "How many tonnes of fish did the harbour's fleet land in 1911?"
+    answer = qa.answer_question(question, retriever, llm=models.get_chat_model())
+    number = next(n for n, line in enumerate(answer.evidence, 1) if "the catch reached 3,200 tonnes" in line.text)
+    assert answer.text == prompts.NEAREST_QUOTE.format(line=answer.evidence[number - 1].text, number=number)
+    assert not answer.refused and [c.verified for c in answer.citations] == [True]
+    with rules.off(["fitting_line_quoted"]):
+        assert qa.answer_question(question, retriever, llm=models.get_chat_model()).text == prompts.NEAREST_LINES
 
 
 def test_a_calculation_is_worked_out_in_code_and_its_figures_are_checked(store, embedder, ollama_chat, monkeypatch, tmp_path):
