@@ -601,8 +601,8 @@ rules.register("fitting_line_quoted", "when the model cannot read the lines, the
 def refusal_for(turn: Turn) -> str:
     """Rule: a refusal beside the lines found says they are the nearest found, not that the documents do not say.
     The model could not read an answer in the lines; they are on screen, and may say it (the person reads them).
-    Rule: when the model cannot read the lines, the line shown that can give the kind of answer asked is quoted, cited,
-    as the nearest (evidence.gives_kind_asked: a figure for a quantity, a date for when; and a word asked)."""
+    Rule: when the model cannot read the lines, the line shown that can give the kind of answer asked is quoted, cited, as the nearest.
+    (evidence.gives_kind_asked: a figure for a quantity, a date for when; and a word asked.)"""
     if not turn.answer.evidence or not rules.on("refusal_beside_lines"):
         return prompts.REFUSAL
     shown = turn.answer.evidence[: config.EVIDENCE_LINES]

@@ -47,7 +47,7 @@ _PARENTHESES = re.compile(r"\s*\(([^()]*)\)")
 
 
 rules.register("answer_kind", 'a question asks for a quantity ("how much", "what percentage", a unit, a measure), a date ("when", '
-               '"which year") or neither, by its wording', "tests/test_question.py::test_rule_a_question_asks_a_quantity_a_date_or_neither")
+               '"which year") or neither (a reason, a name), by its wording', "tests/test_question.py::test_rule_a_question_asks_a_quantity_a_date_or_neither")
 # Rule: a question asks for a quantity ("how much", "what percentage", a unit, a measure), a date ("when", "which year") or neither (a reason, a name), by its wording.
 _ASKS_QUANTITY = re.compile(r"\bhow (?:much|many|large|big|high|low)\b|\bwhat (?:is |was |were |are )?(?:the )?"
                             r"(?:total |net |annual |aggregate )?(?:percent(?:age)?|share|proportion|amount|number|value|rate|ratio|"
