@@ -34,6 +34,7 @@ import numpy as np
 
 import config
 import domains
+import rerankers
 import rules
 from pages import Page, page_text, unit_above
 from question import ParsedQuestion, parse_question
@@ -118,6 +119,7 @@ def best_lines(question: str | ParsedQuestion, pages: list[Page], retriever: Ret
     marked = marked[kept] if marked is not None and marked[kept].any() else None
     keyword, meaning = retriever.line_scores(parsed, [texts[i] for i in kept], [collections[i] for i in kept])
     fused = fuse_lines(keyword, meaning, marked)
+    fused = rerankers.rerank_lines(parsed.text, [texts[i] for i in kept], fused)  # RERANKER's order: one more ranking
     line_pages = [rank for _, _, rank, _ in candidates]
     ranked = [int(i) for i in np.argsort(-fused, kind="stable")]
     first = _chosen(ranked, shown_pages, page_quotas(n, max_pages), line_pages, n, [])
