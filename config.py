@@ -391,6 +391,10 @@ EVIDENCE_COMMON_SHARE = _env("EVIDENCE_COMMON_SHARE", 0.5)
 # and meaning: 1 is one more ranking among equals; a large weight (100) lets its order decide, the others breaking
 # its ties. Not measured: no cross-encoder's weights are on this machine (docs/experiments/2026-11-28-reranker.md).
 RERANK_WEIGHT = _env("RERANK_WEIGHT", 1.0)
+# Lines the reranker reads, the best by keywords and meaning; 0: all the candidate lines (a median of 59 per
+# FinanceBench question). Its time grows with them: 30 lines took about half the time of all (0.48-0.55x;
+# docs/experiments/2026-11-28-reranker.md). Not measured for what it finds.
+RERANK_MAX_LINES = _env("RERANK_MAX_LINES", 0)
 # Word pieces of a (question, line) pair a local reranker reads; longer pairs are cut (the line's end first, as
 # the pair's longer part). BERT-like cross-encoders read at most 512. Not measured.
 RERANK_MAX_TOKENS = _env("RERANK_MAX_TOKENS", 512)

@@ -18,7 +18,8 @@ keywords and meaning. A reranker, when the setting names one, adds its own ranki
     -> scores ``Reranker.scores(question, texts)``: one float per text, higher is more relevant
     -> used   ``rerank_lines``, evidence.best_lines' one hook: the candidate lines (those of the pages that
               show some, before any is chosen) get one more ranking in the lines' Reciprocal Rank Fusion,
-              the reranker's order, with weight RERANK_WEIGHT (1: a vote equal to keywords' and meaning's);
+              the reranker's order, with weight RERANK_WEIGHT (1: a vote equal to keywords' and meaning's),
+              of all of them or of the RERANK_MAX_LINES best by the other two;
               each page then shows its quota of its best lines, as without a reranker
 
 The three kinds:
@@ -277,11 +278,15 @@ def rerank_lines(question: str, texts: list[str], fused: np.ndarray) -> np.ndarr
     one more ranking of the Reciprocal Rank Fusion, weight RERANK_WEIGHT; ``fused`` as it is when RERANKER=none.
 
     With the keyword and meaning rankings each adding 1 / (RRF_K + rank), the line the reranker puts first
-    gains RERANK_WEIGHT / (RRF_K + 1), its second RERANK_WEIGHT / (RRF_K + 2), and so on.
+    gains RERANK_WEIGHT / (RRF_K + 1), its second RERANK_WEIGHT / (RRF_K + 2), and so on. With
+    RERANK_MAX_LINES, only that many lines, the best by ``fused``, are read by the reranker (its time grows with
+    the lines it reads); the others gain nothing.
     """
     reranker = get_reranker()
     if reranker is None or not texts:
         return fused
-    scores = np.asarray(reranker.scores(question, texts), dtype=np.float64)
-    added = rrf([[int(i) for i in np.argsort(-scores, kind="stable")]], weights=[config.RERANK_WEIGHT])
-    return fused + np.array([added[i] for i in range(len(texts))])
+    read = [int(i) for i in np.argsort(-fused, kind="stable")]
+    read = sorted(read[: config.RERANK_MAX_LINES] if config.RERANK_MAX_LINES > 0 else read)
+    scores = np.asarray(reranker.scores(question, [texts[i] for i in read]), dtype=np.float64)
+    added = rrf([[read[i] for i in np.argsort(-scores, kind="stable")]], weights=[config.RERANK_WEIGHT])
+    return fused + np.array([added.get(i, 0.0) for i in range(len(texts))])
