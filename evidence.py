@@ -80,7 +80,7 @@ def fuse_lines(keyword: np.ndarray, meaning: np.ndarray, marked: np.ndarray | No
 
 
 def best_lines(question: str | ParsedQuestion, pages: list[Page], retriever: Retriever, n: int | None = None,
-               max_pages: int | None = None, more: int = 0) -> list[Hit]:
+               max_pages: int | None = None, more: int = 0, reranker: str | None = None) -> list[Hit]:
     """The ``n`` lines of the ``max_pages`` best-ranked ``pages`` that best answer ``question``, best first;
     then, given ``more``, that many further lines, chosen the same way as if ``n + more`` were asked (the
     lines the model reads: the first ``n`` are those shown first, so [L1]..[Ln] are on screen).
@@ -89,7 +89,7 @@ def best_lines(question: str | ParsedQuestion, pages: list[Page], retriever: Ret
     ``ParsedQuestion``. Each line is a Hit on its page: ``text`` is the line as read (a row with its heads),
     ``[start, end)`` its span in the page text (so a preview highlights exactly it), ``score`` its fused
     score, and ``trace`` says why: the page's search trace, the line's keyword and meaning scores, the
-    page's rank.
+    page's rank. ``reranker`` is the RERANKER setting to rank the lines with too (default: the app's).
     """
     n = n or config.EVIDENCE_LINES
     max_pages = max_pages or config.EVIDENCE_PAGES
@@ -119,7 +119,7 @@ def best_lines(question: str | ParsedQuestion, pages: list[Page], retriever: Ret
     marked = marked[kept] if marked is not None and marked[kept].any() else None
     keyword, meaning = retriever.line_scores(parsed, [texts[i] for i in kept], [collections[i] for i in kept])
     fused = fuse_lines(keyword, meaning, marked)
-    fused = rerankers.rerank_lines(parsed.text, [texts[i] for i in kept], fused)  # RERANKER's order: one more ranking
+    fused = rerankers.rerank_lines(parsed.text, [texts[i] for i in kept], fused, reranker)  # one more ranking (RERANKER)
     line_pages = [rank for _, _, rank, _ in candidates]
     ranked = [int(i) for i in np.argsort(-fused, kind="stable")]
     first = _chosen(ranked, shown_pages, page_quotas(n, max_pages), line_pages, n, [])

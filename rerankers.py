@@ -273,16 +273,17 @@ def check_reranker() -> None:
     get_reranker()
 
 
-def rerank_lines(question: str, texts: list[str], fused: np.ndarray) -> np.ndarray:
-    """``fused`` (the lines' fused scores, evidence.fuse_lines) with the reranker's ranking of ``texts`` added as
-    one more ranking of the Reciprocal Rank Fusion, weight RERANK_WEIGHT; ``fused`` as it is when RERANKER=none.
+def rerank_lines(question: str, texts: list[str], fused: np.ndarray, setting: str | None = None) -> np.ndarray:
+    """``fused`` (the lines' fused scores, evidence.fuse_lines) with the ranking of ``texts`` by the reranker
+    ``setting`` names (default: RERANKER; a benchmark hands in its own) added as one more ranking of the
+    Reciprocal Rank Fusion, weight RERANK_WEIGHT; ``fused`` as it is for "none".
 
     With the keyword and meaning rankings each adding 1 / (RRF_K + rank), the line the reranker puts first
     gains RERANK_WEIGHT / (RRF_K + 1), its second RERANK_WEIGHT / (RRF_K + 2), and so on. With
     RERANK_MAX_LINES, only that many lines, the best by ``fused``, are read by the reranker (its time grows with
     the lines it reads); the others gain nothing.
     """
-    reranker = get_reranker()
+    reranker = get_reranker(setting)
     if reranker is None or not texts:
         return fused
     read = [int(i) for i in np.argsort(-fused, kind="stable")]

@@ -26,7 +26,6 @@ from pathlib import Path
 
 import numpy as np
 
-import config
 
 
 def peak_mib() -> int:
@@ -84,15 +83,13 @@ def main(argv: list[str] | None = None) -> int:
         return against_embedding(questions[: args.against_embedding], retriever, scores, setting, read)
     runs: dict[str, list[float]] = {"first_seen_without": [], "with": [], "without": []}
     for q in questions:
-        config.RERANKER = "none"
         t0 = time.perf_counter()
         pages = retriever.load_pages(retriever.search(q["question"]))
-        evidence.best_lines(q["question"], pages, retriever)
+        evidence.best_lines(q["question"], pages, retriever, reranker="none")
         runs["first_seen_without"].append((time.perf_counter() - t0) * 1000)
         for name, value in (("with", setting), ("without", "none")):
-            config.RERANKER = value
             t0 = time.perf_counter()
-            evidence.best_lines(q["question"], pages, retriever)
+            evidence.best_lines(q["question"], pages, retriever, reranker=value)
             runs[name].append((time.perf_counter() - t0) * 1000)
     row = {"reranker": setting, "name": reranker.name, "questions": len(questions), "load_s": round(load_s, 2),
            "peak_mib_before_load": before, "peak_mib_after": peak_mib(),
@@ -109,11 +106,10 @@ def main(argv: list[str] | None = None) -> int:
 def against_embedding(questions: list[dict], retriever, scores, setting: str, read: list[list[str]]) -> int:
     import evidence
 
-    config.RERANKER = setting
     rows = []
     for q in questions:
         pages = retriever.load_pages(retriever.search(q["question"]))
-        evidence.best_lines(q["question"], pages, retriever)  # the reranker's call keeps its lines in ``read``
+        evidence.best_lines(q["question"], pages, retriever, reranker=setting)  # the reranker's call keeps its lines in ``read``
         lines = read[-1]
         for _ in range(2):
             t = time.perf_counter()
