@@ -76,6 +76,7 @@ import models
 import preview
 import prompts
 import qa
+import rerankers
 from records import Hit
 from retriever import Retriever
 from safe_text import md, passage_md
@@ -866,6 +867,7 @@ def main() -> None:
     follow_address()
     try:
         embedder()  # first: an embedder that cannot be had (a folder not there) is said now, not at the first upload
+        rerankers.check_reranker()  # RERANKER too: loaded now, or what is wrong with it said now
         scope, k, show_trace, choice, panel = sidebar()
         library = {d["collection"] for d in ingest.list_documents(store())}
     except (ingest.StoreUnavailableError, models.ModelUnavailableError) as err:

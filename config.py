@@ -144,6 +144,12 @@ EMBEDDED_LLM = _env("EMBEDDED_LLM", "qwen2.5-coder-1.5b")  # the embedded chat m
 # finds a page in another); "local:<folder or .onnx file>", a model on this machine (as EMBED_BACKEND=local);
 # "ollama:<model>", an Ollama embedding model; "off": every document is embedded by the main embedder.
 MULTILINGUAL_EMBEDDER = _embedder_choice("MULTILINGUAL_EMBEDDER", "use-multilingual", ("use-multilingual", "off"), ("local", "ollama"))
+# A reranker reads the question with each candidate evidence line and adds its ranking of them (rerankers.py):
+# "none"; "local:<folder or .onnx file>", a cross-encoder on this machine (a sentence-transformers CrossEncoder
+# folder, or its ONNX export with tokenizer.json); "ollama:<model>", an Ollama embedding model's cosine (Ollama
+# has no rerank endpoint). None ships: no PyPI package carries a cross-encoder's weights
+# (docs/experiments/2026-11-28-reranker.md).
+RERANKER = _embedder_choice("RERANKER", "none", ("none",), ("local", "ollama"))
 
 # -----------------------------------------------------------------------------
 # How the embedded model answers
@@ -164,6 +170,7 @@ LLM_PROMPT_CACHE_MIB = _env("LLM_PROMPT_CACHE_MIB", 256)
 # whether a question is waiting, so a question waits at most one step (smaller: sooner, a bit slower).
 LLM_BATCH = _env("LLM_BATCH", 256)
 EMBED_BATCH_SIZE = _env("EMBED_BATCH_SIZE", 16)  # passages embedded together
+RERANK_BATCH_SIZE = _env("RERANK_BATCH_SIZE", 32)  # (question, line) pairs a local reranker reads together
 EMBED_THREADS = _env("EMBED_THREADS", os.cpu_count() or 2)
 PAGE_BATCH_SIZE = _env("PAGE_BATCH_SIZE", 32)  # pages extracted+embedded+written together
 PROGRESS_EMBED_CHUNKS = _env("PROGRESS_EMBED_CHUNKS", 64)  # passages embedded between two progress updates
@@ -391,6 +398,17 @@ EVIDENCE_MIN_CHARS = _env("EVIDENCE_MIN_CHARS", 12)
 # (docs/experiments/2026-11-25-evidence-lines.md); a document's own names left out of its page keywords: held-out
 # hit@5 0.826 -> 0.870 (docs/experiments/2026-11-26-a-fresh-set-of-analyst-questions.md). 0.5 itself not swept.
 EVIDENCE_COMMON_SHARE = _env("EVIDENCE_COMMON_SHARE", 0.5)
+# The reranker's vote in the evidence lines' fusion (rerankers.rerank_lines, RERANKER), against 1 each for keywords
+# and meaning: 1 is one more ranking among equals; a large weight (100) lets its order decide, the others breaking
+# its ties. Not measured: no cross-encoder's weights are on this machine (docs/experiments/2026-11-28-reranker.md).
+RERANK_WEIGHT = _env("RERANK_WEIGHT", 1.0)
+# Lines the reranker reads, the best by keywords and meaning; 0: all the candidate lines (a median of 59 per
+# FinanceBench question). Its time grows with them: 30 lines took about half the time of all (0.48-0.55x;
+# docs/experiments/2026-11-28-reranker.md). Not measured for what it finds.
+RERANK_MAX_LINES = _env("RERANK_MAX_LINES", 0)
+# Word pieces of a (question, line) pair a local reranker reads; longer pairs are cut (the line's end first, as
+# the pair's longer part). BERT-like cross-encoders read at most 512. Not measured.
+RERANK_MAX_TOKENS = _env("RERANK_MAX_TOKENS", 512)
 # What of the top pages the model reads (context.py): their best sentences and table rows within
 # CONTEXT_CHARS, what TOP_K best chunks of CHUNK_SIZE filled before; on the held-out sample the answer
 # reached the model for 16 of 35 questions against 15 with best chunks

@@ -34,6 +34,7 @@ import numpy as np
 
 import config
 import domains
+import rerankers
 import rules
 from pages import Page, page_text, unit_above
 from question import ParsedQuestion, parse_question
@@ -101,7 +102,7 @@ def gives_kind_asked(kind: str, text: str) -> bool:
 
 
 def best_lines(question: str | ParsedQuestion, pages: list[Page], retriever: Retriever, n: int | None = None,
-               max_pages: int | None = None, more: int = 0) -> list[Hit]:
+               max_pages: int | None = None, more: int = 0, reranker: str | None = None) -> list[Hit]:
     """The ``n`` lines of the ``max_pages`` best-ranked ``pages`` that best answer ``question``, best first;
     then, given ``more``, that many further lines, chosen the same way as if ``n + more`` were asked (the
     lines the model reads: the first ``n`` are those shown first, so [L1]..[Ln] are on screen).
@@ -110,7 +111,7 @@ def best_lines(question: str | ParsedQuestion, pages: list[Page], retriever: Ret
     ``ParsedQuestion``. Each line is a Hit on its page: ``text`` is the line as read (a row with its heads),
     ``[start, end)`` its span in the page text (so a preview highlights exactly it), ``score`` its fused
     score, and ``trace`` says why: the page's search trace, the line's keyword and meaning scores, the
-    page's rank.
+    page's rank. ``reranker`` is the RERANKER setting to rank the lines with too (default: the app's).
     """
     n = n or config.EVIDENCE_LINES
     max_pages = max_pages or config.EVIDENCE_PAGES
@@ -143,6 +144,7 @@ def best_lines(question: str | ParsedQuestion, pages: list[Page], retriever: Ret
     if parsed.answer_kind and rules.on("kind_asked_first"):
         fitting = np.array([asked_on[i] and gives_kind_asked(parsed.answer_kind, texts[i]) for i in kept])
     fused = fuse_lines(keyword, meaning, marked, fitting if fitting is not None and fitting.any() else None)
+    fused = rerankers.rerank_lines(parsed.query, [texts[i] for i in kept], fused, reranker)  # one more ranking (RERANKER)
     line_pages = [rank for _, _, rank, _ in candidates]
     ranked = [int(i) for i in np.argsort(-fused, kind="stable")]
     first = _chosen(ranked, shown_pages, page_quotas(n, max_pages), line_pages, n, [])

@@ -140,7 +140,7 @@ def three_page_pdf(tmp_path) -> Path:
 
 # -----------------------------------------------------------------------------
 # A local server speaking Ollama's HTTP API (no Ollama can run here): /api/tags,
-# /api/embed and streamed /api/chat, with Ollama's own error for a missing model.
+# /api/embed (the embedders and the Ollama reranker) and streamed /api/chat, with Ollama's own error for a missing model.
 
 
 class FakeOllama(BaseHTTPRequestHandler):
@@ -155,6 +155,7 @@ class FakeOllama(BaseHTTPRequestHandler):
     reply = "The railway reached the town in 1889 [1]."
     replies: list[str] = []  # when set, one per chat request, in order (then `reply`)
     chats: list[dict] = []  # the chat requests received, when a test sets a list here
+    embeds: list[dict] = []  # the embedding requests received, when a test sets a list here
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -178,6 +179,7 @@ class FakeOllama(BaseHTTPRequestHandler):
                     "done": True, "done_reason": "stop", "total_duration": 1, "prompt_eval_count": 1, "eval_count": 1}
             self.wfile.write((json.dumps(done) + "\n").encode())
         elif self.path == "/api/embed":
+            self.embeds.append(body)
             inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
             self._json({"model": body["model"], "embeddings": [[float(len(t)), 1.0, 0.0] for t in inputs]})
         else:
