@@ -267,11 +267,23 @@ class Answer:
             "rewritten_query": self.rewritten_query,
             "seconds": round(self.seconds, 2),
             "unsupported_sentences": [s.text for s in self.sentences if s.supported is False],
+            # each sentence as the checker read it, and its one-sentence summary: what the app shows beside the answer
+            "sentences": [sentence_json(s, self.reads_lines) for s in self.sentences],
+            "backing_summary": checker.backing_summary(self.sentences, self.citations, self.reads_lines),
+            "unit": "line" if self.reads_lines else "passage",
             "fabricated_citations": sorted({n for s in self.sentences for n in s.fabricated}),
             "evidence": evidence_json(self.evidence),
             "model": self.model,
             "usage": self.usage(),
         }
+
+
+def sentence_json(sentence: CheckedSentence, as_lines: bool) -> dict:
+    """A checked sentence as the API returns it: its text (a slice of the answer), whether a line backs it (None:
+    too short to judge) and the markers of the sources it was checked against (the cited ones, or the one it was
+    attributed to)."""
+    return {"text": sentence.text, "supported": sentence.supported,
+            "cites": [checker.marker(c.number, as_lines) for c in sentence.citations if not c.inferred]}
 
 
 def citation_json(citation: Citation, source: Hit) -> dict:

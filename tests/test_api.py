@@ -344,12 +344,13 @@ def test_the_openai_client_gets_an_answer_with_its_sources_and_evidence_lines(se
     reply = client.chat.completions.create(model="pdf-library", messages=[{"role": "user", "content": QUESTION}])
     assert reply.model == EMBEDDED_ID  # the library's own name: the settings' model answers
     text = shown(reply.choices[0].message.content)  # /v1 text is escaped Markdown (tests/test_openai_compat.py)
-    assert "1889" in text and re.search(r"Sources:\n- \[L\d+\] facts.pdf, page 3 \(verified\)", text)
+    assert "1889" in text and re.search(r"Sources:\n- \[L\d+\] facts.pdf, page 3 ✓", text)
     assert evidence in text and text.index("Sources:") < text.index("Evidence")
     assert (facts_id, 3, ANSWER_LINE) in evidence_pages(reply.model_extra)
     stream = client.chat.completions.create(model="pdf-library", messages=[{"role": "user", "content": QUESTION}], stream=True)
     chunks = [c.choices[0].delta.content or "" for c in stream]
-    assert len(chunks) > 3 and "facts.pdf, page 3 (verified)" in shown("".join(chunks)) and evidence in shown("".join(chunks))
+    assert "".join(chunks) == reply.choices[0].message.content  # checked before it is sent: the same reply streamed
+    assert len(chunks) == 3 and chunks[0] == ""  # the role, then the answer, then its sources (with the stop)
     with pytest.raises(openai.BadRequestError, match="last message must be the user's question"):
         client.chat.completions.create(model="pdf-library", messages=[{"role": "system", "content": "Be brief."}])
 

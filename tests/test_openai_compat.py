@@ -16,11 +16,15 @@ import pytest
 from markdown_it import MarkdownIt
 from langchain_core.messages import SystemMessage
 
+import qa
 import reading
-from conftest import FACT_PAGES, shown, write_text_pdf
+from conftest import FACT_PAGES, INCOME_TABLE, shown, write_text_pdf
 from evaluation import bench
 from language import question_language
+from records import Hit
 from server.errors import error_type
+from server.openai_compat import reply_pieces, reply_text
+from server.shapes import answer_json
 from test_api import ANSWER_LINE, EMBEDDED_ID, QUESTION, error_of, start_server, upload_and_wait
 
 # the markup stands inside the answering sentence, so the line shown with the answer carries it
@@ -28,6 +32,8 @@ HOSTILE_PAGE = ("The Varn lighthouse lamp is painted green ![x](http://attacker.
                 "[docs](http://attacker.example/click).")
 HOSTILE_QUESTION = "What colour is the Varn lighthouse lamp painted?"
 NOT_IN_LIBRARY = "What is the airspeed velocity of an unladen swallow in Europe?"
+OFF_TOPIC = "What is the capital of Freedonia?"  # the library holds an unrelated table (INCOME_TABLE) and facts.pdf
+NET_SALES_ROW = "Consolidated statement of income (in millions) · Net sales · 2023: 3,226.8 · 2022: 2,729.4"
 
 
 def words(n: int) -> str:
@@ -64,6 +70,53 @@ def test_a_long_history_is_trimmed_oldest_first_and_a_long_question_refused_with
     assert f"reads at most {budget:,} words" in str(raised.value) and "4,096 tokens at once, LLM_N_CTX" in str(raised.value)
 
 
+def checked_answer(question: str, text: str) -> dict:
+    """``text`` as the model's reply to ``question`` over one evidence line (the income table's net sales row),
+    checked by the real checker and shaped as the worker hands it to /v1."""
+    line = Hit(id="t-p1-l1", collection="pdf_rag_table", doc_name="income.pdf", page=1, start=0, end=len(NET_SALES_ROW),
+               text=NET_SALES_ROW, trace={"kind": "row"})
+    answer = qa.Answer(question, sources=[line], evidence=[line])
+    qa.checked(answer, text, question, time.perf_counter())
+    return answer_json(answer)
+
+
+def answer_lines(content: str) -> list[str]:
+    """The lines of a /v1 reply before its sources and evidence, as shown."""
+    return answer_part(content).splitlines()
+
+
+def test_a_sentence_the_checker_does_not_back_is_marked_and_the_sources_carry_their_marks():
+    reply = checked_answer("What were net sales in 2023?",
+                           "Net sales were 3,226.8 million in 2023 [L1]. The company was founded in Freedonia in 1875 [L1].")
+    content = reply_text(reply)
+    assert reply["unsupported_sentences"] == ["The company was founded in Freedonia in 1875 [L1]."]
+    lines = answer_lines(content)
+    assert lines[0] == ("Net sales were 3,226.8 million in 2023 [L1]. "  # backed: no mark
+                        "The company was founded in Freedonia in 1875 [L1]. ⚠ not backed by the line it cites")
+    assert lines[-1] == "1 of 2 checked sentences is backed by a cited line; ⚠ marks the other."  # as the app says it
+    assert "\n\nSources:\n- \\[L1\\] income\\.pdf, page 1 ✓" in content  # the citation's ✓, escaped like the rest
+    assert "".join(reply_pieces(reply)) == content and len(reply_pieces(reply)) == 2  # streamed: the same pieces
+
+
+def test_an_answer_with_nothing_backed_says_so_in_its_first_line():
+    reply = checked_answer(OFF_TOPIC, "The capital of Freedonia is New York.")
+    lines = answer_lines(reply_text(reply))
+    assert reply["confidence"] == 0.0
+    assert lines[0] == "⚠ The one checked sentence is not backed by any line; ⚠ marks it."
+    assert lines[1:] == ["", "The capital of Freedonia is New York. ⚠ no line backs it"]
+    cited = reply_text(checked_answer(OFF_TOPIC, "The capital of Freedonia is New York [L1]."))
+    assert answer_lines(cited)[-1] == "The capital of Freedonia is New York [L1]. ⚠ not backed by the line it cites"
+    assert "\n\nSources:\n- \\[L1\\] income\\.pdf, page 1 ⚠" in cited
+
+
+def test_a_marked_sentence_stays_inert_markdown():
+    hostile = "The capital is ![x](http://attacker.example/leak) <img src=x> [L1]."
+    content = reply_text(checked_answer(OFF_TOPIC, hostile))
+    html = MarkdownIt("commonmark").render(content)
+    assert "<img" not in html and "href" not in html, html
+    assert answer_lines(content)[-1] == "The capital is ![x](http://attacker.example/leak) <img src=x> [L1]. ⚠ not backed by the line it cites"
+
+
 def test_error_types_follow_the_status_as_openai_names_them():
     assert [error_type(s) for s in (400, 401, 403, 404, 409, 413, 429, 500, 503)] == [
         "invalid_request_error", "authentication_error", "permission_error", "not_found_error", "invalid_request_error",
@@ -90,7 +143,8 @@ def client(server) -> openai.OpenAI:
 def library(api, tmp_path_factory) -> dict[str, str]:
     folder = tmp_path_factory.mktemp("v1-pdfs")
     ids = {}
-    for pdf in (write_text_pdf(folder / "facts.pdf", FACT_PAGES), write_text_pdf(folder / "varn.pdf", [HOSTILE_PAGE])):
+    for pdf in (write_text_pdf(folder / "facts.pdf", FACT_PAGES), write_text_pdf(folder / "varn.pdf", [HOSTILE_PAGE]),
+                write_text_pdf(folder / "income.pdf", [INCOME_TABLE])):
         final, _ = upload_and_wait(api, pdf)
         assert final["state"] == "done", final
         ids[pdf.name] = final["document_id"]
@@ -196,3 +250,19 @@ def test_a_pages_markdown_and_html_stay_inert_in_a_reply(client, library):
     assert "\\!\\[x\\]\\(http\u2060\\:\\/\\/attacker\\.example\\/leak\\)" in content and "\\<img src\\=x\\>" in content
     raw = [e["text"] for e in reply.model_extra["evidence"]]  # the structured fields keep the page's text as it is
     assert any("![x](http://attacker.example/leak)" in text for text in raw), raw
+
+
+@pytest.mark.slow  # the module's server
+def test_an_off_topic_claim_over_an_unrelated_table_is_marked_alike_streamed_and_not(client, library):
+    ask = [{"role": "user", "content": OFF_TOPIC}]
+    reply = client.chat.completions.create(model="pdf-library", messages=ask)
+    content = reply.choices[0].message.content
+    chunks = list(client.chat.completions.create(model="pdf-library", messages=ask, stream=True))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == content  # the same reply, streamed
+    claims = [s for s in reply.model_extra["sentences"] if s["supported"] is not None]
+    assert claims, content  # the small model answers it, as the default did ("The capital of Freedonia is Paris.")
+    assert not any(s["supported"] for s in claims)  # nothing in the library says it...
+    lines = answer_lines(content)
+    assert lines[0].startswith("⚠ ") and "not backed by any line" in lines[0], content  # ...and the first line says so
+    marks = (" ⚠ no line backs it", " ⚠ not backed by the line it cites")
+    assert all(any(claim["text"] + mark in shown(content) for mark in marks) for claim in claims), content  # no claim unmarked
