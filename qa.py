@@ -17,8 +17,9 @@
                                     domain_measure  a measure worked out from the pages' own lines (domains.py)
                                     the_model       the model reads the lines [L1].. (a model the app ships) or the
                                                     pages' passages [1].. with the lines marked (a model a person
-                                                    brings; reading.py: as many as fit), its reply streams; a bare refusal
-                                                    is held back, a calculation it writes is worked out (calc.py)
+                                                    brings; reading.py: as many as fit), its reply streams; a line
+                                                    copying the prompt is cut (echoes.py), a bare refusal held
+                                                    back, a calculation it writes worked out (calc.py)
       -> checked                    each sentence against the line or passage it cites (checker.py): unsupported
                                     sentences and numbers that name no source flagged; unmarked sentences
                                     attributed to the line that backs them ("inferred")
@@ -50,6 +51,7 @@ import checker
 import config
 import context
 import domains
+import echoes
 import embedders
 import evidence
 import ingest
@@ -505,6 +507,7 @@ def the_model(turn: Turn) -> AnswerStream:
     what = "line" if as_lines else "passage"
     turn.stage(f"Reading {len(sources)} {what}{'s' if len(sources) != 1 else ''}…")
     reply = model_reply(turn, reading.build_messages(turn.asked, sources, turn.history, as_lines, turn.instructions))
+    reply = echoes.echo_free(reply, echoes.prompt_openings(turn.instructions))  # no line of the prompt in the answer
     return AnswerStream(with_worked_out(turn, refusal_held_back(reply)), checked_by(turn), turn.answer.evidence)
 
 

@@ -1,8 +1,9 @@
 """The library as an OpenAI-compatible model: POST /v1/chat/completions, GET /v1/models[/{id}], POST /v1/embeddings.
 
     messages -> system/developer messages: the asker's instructions on form and language (reading.client_instructions),
-                fenced in the prompt and bound by its rules; the last user message: the question; earlier
-                user/assistant messages: the history (its latest turns that fit are kept, reading.fitted_history)
+                said in the asker's words in the system prompt and after the question, bound by the prompt's
+                rules (reading.build_messages); the last user message: the question; earlier user/assistant
+                messages: the history (its latest turns that fit are kept, reading.fitted_history)
              -> queue_question (a question too long for the model: 400 context_length_exceeded, nothing queued)
              -> the reply, once the answer is checked: what the app shows (marked_answer): each sentence the checker
                 does not back marked ⚠, the checker's summary (first when nothing is backed), then its sources with
