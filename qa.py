@@ -17,8 +17,9 @@
                                     domain_measure  a measure worked out from the pages' own lines (domains.py)
                                     the_model       the model reads the lines [L1].. (a model the app ships) or the
                                                     pages' passages [1].. with the lines marked (a model a person
-                                                    brings; reading.py: as many as fit), its reply streams; a bare refusal
-                                                    is held back, a calculation it writes is worked out (calc.py)
+                                                    brings; reading.py: as many as fit), its reply streams; a line
+                                                    copying the prompt is cut (echoes.py), a bare refusal held
+                                                    back, a calculation it writes worked out (calc.py)
       -> checked                    each sentence against the line or passage it cites (checker.py): unsupported
                                     sentences and numbers that name no source flagged; unmarked sentences
                                     attributed to the line that backs them ("inferred")
@@ -50,6 +51,7 @@ import checker
 import config
 import context
 import domains
+import echoes
 import embedders
 import evidence
 import ingest
@@ -285,11 +287,23 @@ class Answer:
             "rewritten_query": self.rewritten_query,
             "seconds": round(self.seconds, 2),
             "unsupported_sentences": [s.text for s in self.sentences if s.supported is False],
+            # each sentence as the checker read it, and its one-sentence summary: what the app shows beside the answer
+            "sentences": [sentence_json(s, self.reads_lines) for s in self.sentences],
+            "backing_summary": checker.backing_summary(self.sentences, self.citations, self.reads_lines),
+            "unit": "line" if self.reads_lines else "passage",
             "fabricated_citations": sorted({n for s in self.sentences for n in s.fabricated}),
             "evidence": evidence_json(self.evidence),
             "model": self.model,
             "usage": self.usage(),
         }
+
+
+def sentence_json(sentence: CheckedSentence, as_lines: bool) -> dict:
+    """A checked sentence as the API returns it: its text (a slice of the answer), whether a line backs it (None:
+    too short to judge) and the markers of the sources it was checked against (the cited ones, or the one it was
+    attributed to)."""
+    return {"text": sentence.text, "supported": sentence.supported,
+            "cites": [checker.marker(c.number, as_lines) for c in sentence.citations if not c.inferred]}
 
 
 def citation_json(citation: Citation, source: Hit) -> dict:
@@ -517,6 +531,7 @@ def the_model(turn: Turn) -> AnswerStream:
     what = "line" if as_lines else "passage"
     turn.stage(f"Reading {len(sources)} {what}{'s' if len(sources) != 1 else ''}…")
     reply = model_reply(turn, reading.build_messages(turn.asked, sources, turn.history, as_lines, turn.instructions))
+    reply = echoes.echo_free(reply, echoes.prompt_openings(turn.instructions))  # no line of the prompt in the answer
     return AnswerStream(with_worked_out(turn, refusal_held_back(reply, refusal_for(turn))), checked_by(turn), turn.answer.evidence)
 
 

@@ -2,7 +2,9 @@
 
     question, its instructions  -> question_for_prompt()   the question, then its form ("Answer form: ...")
     an OpenAI client's system   -> client_instructions()   kept apart from the chat's turns; language_asked()
-    messages                                               reads the language they ask for
+    messages                       asked_form()            reads the language they ask for; said in the asker's
+                                                           words at the end of the system prompt and after
+                                                           the question
     the chat model              -> what_model_reads()      the lines for a model the app ships, passages (within
                                    passage_chars()         a budget from its context length) for a brought one
     sources                     -> format_lines()          evidence lines numbered [L1].. as the app shows them
@@ -175,26 +177,39 @@ def build_messages(
 ) -> list[BaseMessage]:
     """The chat to send: the rules, the recent history, then the sources and the question. ``as_lines``:
     the sources are evidence lines (``format_lines``), else numbered passages (``format_source``).
-    ``instructions`` (an OpenAI client's system messages) go after the question, fenced like the documents,
-    with a rule that they shape the answer's form and language only."""
+    ``instructions`` (an OpenAI client's system messages) end the system prompt, in the asker's words (``asked_form``),
+    bound by its rules, and are said again on the line after the question, in place of the app's usual form."""
     system = prompts.LINES_SYSTEM if as_lines else prompts.ANSWER_SYSTEM
     if not as_lines and any(hit.trace.get("marked") for hit in sources):
         system += prompts.MARKED_RULE
-    messages: list[BaseMessage] = [SystemMessage(system + prompts.INSTRUCTIONS_RULE if instructions else system)]
+    if instructions:
+        system += prompts.INSTRUCTIONS_RULE.format(instructions=asked_form(instructions))
+    messages: list[BaseMessage] = [SystemMessage(system)]
     for role, text in history[-2 * config.HISTORY_TURNS :]:
         messages.append(HumanMessage(text) if role == "user" else AIMessage(strip_markers(text)))
-    shape = prompts.ANSWER_SHAPES[answer_shape(question)]
+    kind = answer_shape(question)
+    # the asker's wish on the form replaces the app's usual one; a calculation keeps its form, which calc.py reads
+    shape = prompts.ANSWER_SHAPES[kind] if not instructions or kind == "calculate" else ""
     if notes := domains.prompt_notes(question):
         shape += "\n" + "\n".join(prompts.FORMULA.format(formula=note) for note in notes)
-    if instructions:
-        shape += "\n" + prompts.CLIENT_INSTRUCTIONS.format(instructions=fence_text(instructions))
-    shape += answer_language(question, instructions, as_lines)
+    if instructions:  # said again beside the question, where the 1.5B model follows a form best; the language line last
+        shape += "\n" + asked_form(instructions)
+    shape = (shape + answer_language(question, instructions, as_lines)).lstrip("\n")
     if as_lines:
         messages.append(HumanMessage(prompts.LINES_USER.format(lines=format_lines(sources), question=question, shape=shape)))
     else:
         sources_text = "\n\n".join(format_source(i, hit) for i, hit in enumerate(sources, 1))
         messages.append(HumanMessage(prompts.ANSWER_USER.format(sources=sources_text, question=question, shape=shape)))
     return messages
+
+
+def asked_form(instructions: str) -> str:
+    """The asker's instructions as the system prompt says them: in their own words, on one line, any fence tag in
+    them neutralised.
+
+    asked_form("Reply in one word.\\nBe polite.") -> "Reply in one word. Be polite."
+    """
+    return fence_text(" ".join(instructions.split()))
 
 
 def answer_language(question: str, instructions: str, as_lines: bool) -> str:
@@ -240,7 +255,7 @@ def question_budget(n_ctx: int, count_tokens: Callable[[str], int]) -> int:
     """Tokens of an ``n_ctx``-token model left for the question, the asker's instructions and the history: what
     remains after the reply (LLM_MAX_TOKENS), the rules and templates (with the longest answer shape) and room
     for ANSWER_LINES evidence lines."""
-    fixed = "\n".join([prompts.LINES_SYSTEM, prompts.INSTRUCTIONS_RULE, prompts.LINES_USER, prompts.CLIENT_INSTRUCTIONS,
+    fixed = "\n".join([prompts.LINES_SYSTEM, prompts.INSTRUCTIONS_RULE, prompts.LINES_USER,
                        max(prompts.ANSWER_SHAPES.values(), key=len), prompts.ANSWER_LANGUAGE_ASKED])
     return n_ctx - config.LLM_MAX_TOKENS - count_tokens(fixed) - 3 * 4 - config.ANSWER_LINES * LINE_TOKENS
 

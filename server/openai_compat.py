@@ -1,13 +1,17 @@
 """The library as an OpenAI-compatible model: POST /v1/chat/completions, GET /v1/models[/{id}], POST /v1/embeddings.
 
     messages -> system/developer messages: the asker's instructions on form and language (reading.client_instructions),
-                fenced in the prompt and bound by its rules; the last user message: the question; earlier
-                user/assistant messages: the history (its latest turns that fit are kept, reading.fitted_history)
+                said in the asker's words in the system prompt and after the question, bound by the prompt's
+                rules (reading.build_messages); the last user message: the question; earlier user/assistant
+                messages: the history (its latest turns that fit are kept, reading.fitted_history)
              -> queue_question (a question too long for the model: 400 context_length_exceeded, nothing queued)
-             -> the reply: the answer, then its sources and evidence lines as text, every piece of document
-                or model text escaped by safe_text (no image, link or HTML of a PDF comes alive in a chat UI);
-                ``citations`` and ``evidence`` beside the message (raw text) and ``usage`` when not streamed,
-                a last chunk with ``usage`` when streamed with stream_options.include_usage
+             -> the reply, once the answer is checked: what the app shows (marked_answer): each sentence the checker
+                does not back marked ⚠, the checker's summary (first when nothing is backed), then its sources with
+                their ✓/⚠ and the evidence lines; every piece of document or model text escaped by safe_text (no
+                image, link or HTML of a PDF comes alive in a chat UI). Streamed, the same text in two deltas (the
+                answer, its sources): the words wait for the check, for a chat client cannot take back words shown.
+                ``citations``, ``evidence`` and ``sentences`` beside the message (raw text) and ``usage`` when not
+                streamed, a last chunk with ``usage`` when streamed with stream_options.include_usage
     input    -> the library's own embedder (embed_documents) -> OpenAI's list of embeddings
 
 Errors are OpenAI's shape (server/errors.py): its clients raise BadRequestError, NotFoundError... with the message.
@@ -19,8 +23,7 @@ import base64
 import json
 import time
 import uuid
-from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Literal
 
 import numpy as np
@@ -33,7 +36,7 @@ from pydantic import BaseModel, Field
 import config
 import embedders
 import models
-from safe_text import md, md_stream
+from safe_text import md
 
 from server.errors import ApiError, error_json
 from server.answers import answer_unless_gone, is_choice_id, queue_question
@@ -96,19 +99,20 @@ def check_n(n: int | None) -> None:
 
 def sources_footer(answer: dict) -> str:
     """The citations and evidence lines of an answer_json as Markdown, for a chat client that shows only the message;
-    the documents' names and lines escaped by ``safe_text.md`` (they are shown, never rendered):
+    each citation carries its ✓ or ⚠ as the app's chip does; the documents' names and lines escaped by
+    ``safe_text.md`` (they are shown, never rendered):
 
-    sources_footer({"citations": [{"doc": "a.pdf", "page": 3, "verified": True, "marker": "[L1]"}],
+    sources_footer({"citations": [{"doc": "a.pdf", "page": 3, "verified": True, "inferred": False, "marker": "[L1]"}],
                     "evidence": [{"doc": "a.pdf", "page": 3, "text": "It rained."}]})
-      -> '\\n\\nSources:\\n- \\\\[L1\\\\] a\\\\.pdf, page 3 (verified)\\n\\nEvidence (lines from the pages found):\\n- a\\\\.pdf, page 3: "It rained\\\\."'
+      -> '\\n\\nSources:\\n- \\\\[L1\\\\] a\\\\.pdf, page 3 ✓\\n\\nEvidence (lines from the pages found):\\n- a\\\\.pdf, page 3: "It rained\\\\."'
 
     Only the lines shown first (EVIDENCE_LINES) are listed; when nothing close was found they are said to be
     only the nearest.
     """
     footer = ""
     if citations := answer["citations"]:
-        lines = [f"- {md(c['marker'])} {md(c['doc'])}, page {c['page']} ({'verified' if c['verified'] else 'not backed by the page'})"
-                 for c in citations]
+        lines = [f"- {md(c['marker'])} {md(c['doc'])}, page {c['page']} {'✓' if c['verified'] else '⚠'}"
+                 + (" (inferred)" if c.get("inferred") else "") for c in citations]
         footer += "\n\nSources:\n" + "\n".join(lines)
     if found := answer["evidence"][: config.EVIDENCE_LINES]:
         heading = "Nearest lines (none is about the question)" if answer.get("nothing_found") else "Evidence (lines from the pages found)"
@@ -116,23 +120,55 @@ def sources_footer(answer: dict) -> str:
     return footer
 
 
+def sentence_mark(sentence: dict, unit: str) -> str:
+    """What follows a sentence the checker does not back, in the app's words for its ⚠:
+    sentence_mark({"supported": False, "cites": ["[L1]"]}, "line") -> " ⚠ not backed by the line it cites";
+    "" for a backed sentence or one too short to judge."""
+    if sentence["supported"] is not False:
+        return ""
+    return f" ⚠ not backed by the {unit} it cites" if sentence["cites"] else f" ⚠ no {unit} backs it"
+
+
+def marked_answer(answer: dict) -> str:
+    """The answer as the reply shows it: escaped (``safe_text.md``), each sentence the checker does not back
+    followed by its ⚠ mark, and the checker's summary, the sentence the app shows beside the answer: as the first
+    line when no sentence is backed (a reader who stops there is warned), else after the answer.
+
+    marked_answer({"answer": "Freedonia's capital is New York.", "unit": "line", "backing_summary": "The one ...",
+                   "sentences": [{"text": "Freedonia's capital is New York.", "supported": False, "cites": []}]})
+      -> "⚠ The one ...\\n\\nFreedonia\\'s capital is New York\\. ⚠ no line backs it"
+    """
+    text, unit = answer["answer"], answer.get("unit", "line")
+    sentences = answer.get("sentences", [])
+    pieces, at, stray = [], 0, []
+    for sentence in sentences:
+        start = text.find(sentence["text"], at)
+        if start < 0:  # not where the checker read it (never seen): its mark then goes after the answer, with it
+            stray.append(sentence)
+            continue
+        end = start + len(sentence["text"])
+        pieces.append(md(text[at:end]) + sentence_mark(sentence, unit))
+        at = end
+    pieces.append(md(text[at:]))
+    body = "".join(pieces) + "".join(f"\n\n{md(s['text'])}{sentence_mark(s, unit)}" for s in stray if sentence_mark(s, unit))
+    summary = answer.get("backing_summary")
+    if not summary:
+        return body
+    judged = [s for s in sentences if s["supported"] is not None]
+    if judged and not any(s["supported"] for s in judged):
+        return f"⚠ {md(summary)}\n\n{body}"
+    return f"{body}\n\n{md(summary)}"
+
+
+def reply_pieces(answer: dict) -> list[str]:
+    """The reply a chat client shows, in the pieces a stream sends: the checked answer, then its sources.
+    The non-streamed message is these pieces joined, so both forms read the same."""
+    return [marked_answer(answer), sources_footer(answer)]
+
+
 def reply_text(answer: dict) -> str:
-    """The whole reply a chat client shows: the answer (model text, escaped as the app escapes it), then its sources."""
-    return md(answer["answer"]) + sources_footer(answer)
-
-
-def piece_escaper() -> Callable[[str], str]:
-    """``safe_text.md_stream`` fed one piece at a time: call it with each streamed token, get it escaped.
-    md_stream keeps the few characters before each piece as context ("http" in one token, ":" in the next is
-    still no link), so the joined output is md() of the joined pieces."""
-    pending: deque[str] = deque()
-    escaped = md_stream(iter(pending.popleft, None))  # md_stream pulls one piece per piece it hands back
-
-    def escape(piece: str) -> str:
-        pending.append(piece)
-        return next(escaped)
-
-    return escape
+    """The whole reply a chat client shows: the answer with the checker's marks, then its sources."""
+    return "".join(reply_pieces(answer))
 
 
 def completion_chunk(completion_id: str, model: str, delta: dict, finish_reason: str | None = None) -> dict:
@@ -156,9 +192,10 @@ async def chat_completions(lib: Lib, body: ChatCompletionRequest, request: Reque
     """OpenAI's chat completions, answered from the library: the last user message is the question, earlier
     user/assistant messages the history (its latest turns that fit beside the question), system and developer
     messages the asker's instructions on the answer's form and language (they cannot lift its rules: every fact
-    cited, documents never obeyed). The reply ends with its sources and evidence lines; every piece of document or
-    model text in it is escaped Markdown (shown as typed, never rendered); ``citations``, ``evidence`` (raw text)
-    and ``usage`` come beside the message when not streamed.
+    cited, documents never obeyed). The reply is the checked answer, each sentence no line backs marked ⚠, then its
+    sources (✓/⚠) and evidence lines; every piece of document or model text in it is escaped Markdown (shown as
+    typed, never rendered); ``citations``, ``evidence``, ``sentences`` (raw text) and ``usage`` come beside the
+    message when not streamed. Streamed, the same text comes once checked (reply_pieces).
 
     ``model`` picks the model that answers when it is a choice id from /v1/models ("openai:qwen2.5-7b");
     any other name (``API_MODEL_ID``, or whatever a client sends by habit) means the settings' model,
@@ -182,22 +219,24 @@ async def chat_completions(lib: Lib, body: ChatCompletionRequest, request: Reque
             "usage": answer["usage"],
             "citations": answer["citations"],
             "evidence": answer["evidence"],
+            "sentences": answer["sentences"],
         })
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
 
     async def events() -> AsyncIterator[bytes]:
         opened = False  # the first chunk, the assistant's role, waits for the worker to know the model
-        escape = piece_escaper()
         async for kind, data in job.stream():
             model = job.model_id or config.API_MODEL_ID
             if kind == "error":
                 chunks = [{"error": error_json(data["status"], data["message"])}]
-            elif kind == "evidence":
+            elif kind in ("evidence", "token"):
+                # The model's words wait for the check: a chat client cannot take back words it has shown, and an
+                # unbacked claim must never stand there unmarked (the app streams, showing ⚠ beside the words).
                 chunks = []
-            elif kind == "token":
-                chunks = [completion_chunk(completion_id, model, {"content": escape(data["text"])})]
             elif kind == "answer":
-                chunks = [completion_chunk(completion_id, model, {"content": sources_footer(data)}, "stop")]
+                *first, last = reply_pieces(data)
+                chunks = [completion_chunk(completion_id, model, {"content": piece}) for piece in first]
+                chunks.append(completion_chunk(completion_id, model, {"content": last}, "stop"))
                 if include_usage:
                     chunks.append(usage_chunk(completion_id, model, data["usage"]))
             else:

@@ -344,12 +344,13 @@ def test_the_openai_client_gets_an_answer_with_its_sources_and_evidence_lines(se
     reply = client.chat.completions.create(model="pdf-library", messages=[{"role": "user", "content": QUESTION}])
     assert reply.model == EMBEDDED_ID  # the library's own name: the settings' model answers
     text = shown(reply.choices[0].message.content)  # /v1 text is escaped Markdown (tests/test_openai_compat.py)
-    assert "1889" in text and re.search(r"Sources:\n- \[L\d+\] facts.pdf, page 3 \(verified\)", text)
+    assert "1889" in text and re.search(r"Sources:\n- \[L\d+\] facts.pdf, page 3 ✓", text)
     assert evidence in text and text.index("Sources:") < text.index("Evidence")
     assert (facts_id, 3, ANSWER_LINE) in evidence_pages(reply.model_extra)
     stream = client.chat.completions.create(model="pdf-library", messages=[{"role": "user", "content": QUESTION}], stream=True)
     chunks = [c.choices[0].delta.content or "" for c in stream]
-    assert len(chunks) > 3 and "facts.pdf, page 3 (verified)" in shown("".join(chunks)) and evidence in shown("".join(chunks))
+    assert "".join(chunks) == reply.choices[0].message.content  # checked before it is sent: the same reply streamed
+    assert len(chunks) == 3 and chunks[0] == ""  # the role, then the answer, then its sources (with the stop)
     with pytest.raises(openai.BadRequestError, match="last message must be the user's question"):
         client.chat.completions.create(model="pdf-library", messages=[{"role": "system", "content": "Be brief."}])
 
@@ -393,10 +394,10 @@ def test_the_openai_client_picks_the_server_model_by_its_id(server, facts_id):
     client = openai.OpenAI(base_url=f"{server}/v1", api_key="unused", max_retries=0)
     reply = client.chat.completions.create(model=SERVER_ID, messages=[{"role": "user", "content": QUESTION}])
     assert reply.model == SERVER_ID
-    assert "1889" in reply.choices[0].message.content and "facts.pdf, page 3 (verified)" in shown(reply.choices[0].message.content)
+    assert "1889" in reply.choices[0].message.content and "facts.pdf, page 3 ✓" in shown(reply.choices[0].message.content)
     chunks = list(client.chat.completions.create(model=SERVER_ID, messages=[{"role": "user", "content": QUESTION}], stream=True))
     assert {c.model for c in chunks} == {SERVER_ID}
-    assert "facts.pdf, page 3 (verified)" in shown("".join(c.choices[0].delta.content or "" for c in chunks))
+    assert "facts.pdf, page 3 ✓" in shown("".join(c.choices[0].delta.content or "" for c in chunks))
 
 
 def test_an_unknown_model_is_400_naming_the_ones_that_can_answer_and_the_next_question_is_answered(api, server, facts_id):
@@ -413,7 +414,7 @@ def test_an_unknown_model_is_400_naming_the_ones_that_can_answer_and_the_next_qu
     assert (refused.value.code, refused.value.param) == ("model_not_found", "model")
     # a name that is no model id (what clients send by habit) is the library's default, as it always was
     reply = client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": QUESTION}])
-    assert reply.model == EMBEDDED_ID and "facts.pdf, page 3 (verified)" in shown(reply.choices[0].message.content)
+    assert reply.model == EMBEDDED_ID and "facts.pdf, page 3 ✓" in shown(reply.choices[0].message.content)
 
 
 def test_a_model_server_that_is_down_is_503_with_a_sentence_and_the_next_question_is_answered(api, server, facts_id, model_proxy):
