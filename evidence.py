@@ -160,7 +160,7 @@ def best_lines(question: str | ParsedQuestion, pages: list[Page], retriever: Ret
         # the page's search trace stays; the line's own signals join it
         hit.trace = {**hit.trace, "line_keyword": round(float(keyword[i]), 3), "line_meaning": round(float(meaning[i]), 3),
                      "page_rank": page_rank, "kind": line.kind, "label": line.label,
-                     "before": sentence_before(page, line), "fits": bool(fitting is not None and fitting[i])}
+                     "before": sentence_before(page, line)}
         shown.append(hit)
     return shown
 

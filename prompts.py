@@ -168,8 +168,5 @@ REWRITE_USER = "Conversation:\n{history}\n\nLast question: {question}\n\nStandal
 NOT_FOUND = "I could not find this in your documents."
 # The model's refusal as shown beside the evidence lines: they were found, and may hold the answer it could not read.
 NEAREST_LINES = "No line found states this for certain: the lines shown are the nearest in your documents."
-# ... and when one of them can give the kind of answer asked (a figure, a date), it is quoted: the person reads it.
-# Its two short sentences make no claim the checker judges (SUPPORT_MIN_WORDS); the quote is checked against its line.
-NEAREST_QUOTE = "Not answered by the model. Nearest line:\n\n“{line}” [L{number}]"
 
 GREETING_REPLY = "Hello! Ask me anything about your documents and I will answer with page citations."

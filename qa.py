@@ -609,22 +609,12 @@ def refusal_held_back(reply: Iterator[str], refusal: str = prompts.REFUSAL) -> I
 
 rules.register("refusal_beside_lines", "a refusal beside the lines found says they are the nearest found, not that the documents do not say",
                "tests/test_qa.py::test_rule_a_refusal_beside_the_lines_found_says_they_are_the_nearest")
-rules.register("fitting_line_quoted", "when the model cannot read the lines, the line shown that can give the kind of answer asked is "
-               "quoted, cited, as the nearest", "tests/test_qa.py::test_rule_a_refusal_quotes_the_line_that_fits_the_question")
-
-
 def refusal_for(turn: Turn) -> str:
     """Rule: a refusal beside the lines found says they are the nearest found, not that the documents do not say.
     The model could not read an answer in the lines; they are on screen, and may say it (the person reads them).
-    Rule: when the model cannot read the lines, the line shown that can give the kind of answer asked is quoted, cited, as the nearest.
-    (evidence.gives_kind_asked: a figure for a quantity, a date for when; and a word asked.)"""
-    if not turn.answer.evidence or not rules.on("refusal_beside_lines"):
-        return prompts.REFUSAL
-    shown = turn.answer.evidence[: config.EVIDENCE_LINES]
-    fitting = next((number for number, line in enumerate(shown, 1) if line.trace.get("fits")), None)
-    if fitting and rules.on("fitting_line_quoted"):
-        return prompts.NEAREST_QUOTE.format(line=shown[fitting - 1].text, number=fitting)
-    return prompts.NEAREST_LINES
+    (Quoting the shown line that fits the kind asked as "the nearest" was tried: on fresh4 it quoted a line that
+    does not answer most of the time; docs/experiments/2026-11-28-the-line-that-answers-first.md.)"""
+    return prompts.NEAREST_LINES if turn.answer.evidence and rules.on("refusal_beside_lines") else prompts.REFUSAL
 
 
 def with_worked_out(turn: Turn, reply: Iterator[str]) -> Iterator[str]:

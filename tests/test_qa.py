@@ -311,19 +311,6 @@ def test_rule_a_refusal_beside_the_lines_found_says_they_are_the_nearest(facts, 
         assert qa.answer_question(question, retriever, llm=models.get_chat_model()).text == prompts.REFUSAL
 
 
-def test_rule_a_refusal_quotes_the_line_that_fits_the_question(facts, ollama_chat, monkeypatch):
-    """Asked how much, the model refuses; the line shown with a figure and a word asked is quoted as the nearest, and checked."""
-    monkeypatch.setattr(ollama_chat, "replies", [prompts.REFUSAL] * 2)
-    retriever, _ = facts
-    question = "How many tonnes of fish did the harbour's fleet land in 1911?"
-    answer = qa.answer_question(question, retriever, llm=models.get_chat_model())
-    number = next(n for n, line in enumerate(answer.evidence, 1) if "the catch reached 3,200 tonnes" in line.text)
-    assert answer.text == prompts.NEAREST_QUOTE.format(line=answer.evidence[number - 1].text, number=number)
-    assert not answer.refused and [c.verified for c in answer.citations] == [True]
-    with rules.off(["fitting_line_quoted"]):
-        assert qa.answer_question(question, retriever, llm=models.get_chat_model()).text == prompts.NEAREST_LINES
-
-
 def test_a_calculation_is_worked_out_in_code_and_its_figures_are_checked(store, embedder, ollama_chat, monkeypatch, tmp_path):
     """The model lists figures and writes the arithmetic; the app computes it (small models compute badly)."""
     pdf = write_text_pdf(tmp_path / "tweets.pdf", [
