@@ -168,11 +168,12 @@ def best_lines(question: str | ParsedQuestion, pages: list[Page], retriever: Ret
 def holds_telling_word(query: ParsedQuestion, texts: list[str], collections: list[str], retriever: Retriever) -> np.ndarray:
     """Whether each line (``texts``, of documents ``collections``) holds a word of ``query`` that tells its
     document's pages apart: a keyword token of the question not printed on most of the pages, the words
-    the keyword ranking reads (a company's name and year in every running head are not among them)."""
+    the keyword ranking reads (a company's name and year in every running head are not among them, nor a name the
+    question gives the document: retriever.own_names_asked)."""
     holds = np.zeros(len(texts), dtype=bool)
     for collection in dict.fromkeys(collections):
         words = retriever.query_tokens(query, [collection])
-        telling = set(words) - retriever.words_on_most_pages(collection, words, config.EVIDENCE_COMMON_SHARE)
+        telling = set(words) - retriever.words_on_most_pages(collection, words, config.EVIDENCE_COMMON_SHARE) - retriever.own_names_asked(collection, query)
         language = retriever.language(collection)
         for i in (i for i, c in enumerate(collections) if c == collection):
             holds[i] = bool(telling & set(keyword_tokens(texts[i], language)))

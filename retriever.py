@@ -77,11 +77,12 @@ from routing import (
     acronyms_asked,
     expand_acronyms,
     expansion_here,
+    name_runs_in_question,
     names_in_question,
     row_labels_with_initials,
     route,
 )
-from text_utils import STOPWORDS, acronyms_written, keyword_tokens, names_with_initials, tokenize, years_named
+from text_utils import STOPWORDS, acronym_tokens, acronyms_written, keyword_tokens, names_with_initials, tokenize, years_named
 
 log = logging.getLogger(__name__)
 
@@ -738,10 +739,26 @@ class Retriever:
         index = SparseBM25([keyword_tokens(t, self.language(c)) for c, t in zip(collections, texts)])
         keyword = np.zeros(len(texts))
         for collection in set(collections):
-            common = self.words_on_most_pages(collection, words, config.EVIDENCE_COMMON_SHARE)
+            common = self.words_on_most_pages(collection, words, config.EVIDENCE_COMMON_SHARE) | self.own_names_asked(collection, query)
             rows = np.array([c == collection for c in collections])
             keyword[rows] = index.get_scores([w for w in words if w not in common])[rows]
         return keyword, self.similarities(as_read(query).query, texts, collections)
+
+    rules.register("own_name_tells_no_line", "a name the question gives the document itself tells none of its lines apart",
+                   "tests/test_evidence.py::test_rule_a_line_that_only_names_the_company_takes_no_place_from_the_line_that_answers")
+
+    def own_names_asked(self, collection: str, query: str | ParsedQuestion) -> set[str]:
+        """Rule: a name the question gives the document itself tells none of its lines apart.
+        The words the question writes as names ("Harbor Lane Outfitters'") that the document's profile names
+        (routing.py: capitalised on its first pages, or in its file name): "Harbor Lane Outfitters, Inc." on the
+        release's first page shares them all with the question and answers nothing."""
+        profile = self._profiles.get(collection)
+        if profile is None or not rules.on("own_name_tells_no_line"):
+            return set()
+        runs = name_runs_in_question(as_read(query).query)
+        names = {word.lower() for run in runs for word in run} & profile.names
+        # and the initials of a name all of whose words are its own, which keyword tokens carry ("^hlo")
+        return names | {token for run in runs if all(word.lower() in names for word in run) for token in acronym_tokens(" ".join(run))}
 
     def page_passages(self, collection: str, page: int) -> list[Hit]:
         """Every stored chunk of one page, in reading order (``context.py`` picks what the model reads)."""

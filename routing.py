@@ -178,6 +178,15 @@ def names_in_question(question: str, stopwords: frozenset[str] = frozenset()) ->
     return names
 
 
+def name_runs_in_question(question: str) -> list[list[str]]:
+    """The runs of capitalised words the question writes, possessives dropped (a sentence's capitalised first word
+    too: the document's profile decides what is a name of it).
+
+    name_runs_in_question("What were Harbor Lane Outfitters' total assets?") -> [["What"], ["Harbor", "Lane", "Outfitters"]]
+    """
+    return [[without_possessive(word).rstrip("'’") for word, _ in run] for run in _capitalised_runs(question)]
+
+
 def _joined_name(run: list[tuple[str, bool]]) -> str:
     """A name of several words as it is often written in one ("Best Buy" in BESTBUY_2019_10K.pdf): the run's
     words up to the first possessive, before any figure; "" for a one-word name.

@@ -138,6 +138,27 @@ def three_page_pdf(tmp_path) -> Path:
     return write_text_pdf(tmp_path / "facts.pdf", FACT_PAGES)
 
 
+def release_pdf(path: Path) -> Path:
+    """A short earnings release: the company named on its first page (its file name does not), a balance sheet on the second."""
+    doc = pymupdf.open()
+    doc.new_page().insert_textbox(pymupdf.Rect(50, 50, 545, 800), "Harbor Lane Outfitters Reports Fourth Quarter and Fiscal 2019 "
+                                  "Results. PORTLAND, Maine. Harbor Lane Outfitters, Inc. today reported net sales of $412 million "
+                                  "for fiscal 2019. " + "The company sells outdoor clothing through its stores and online. " * 6,
+                                  fontsize=11)
+    page = doc.new_page()
+    page.insert_text((50, 60), "Condensed Consolidated Balance Sheets", fontsize=12)
+    page.insert_text((50, 78), "(In thousands)", fontsize=9)
+    for x, year in zip((330, 410), ("2019", "2018")):
+        page.insert_text((x, 100), year, fontsize=10)
+    for row, (label, figures) in enumerate([("Cash and cash equivalents", ("3,138", "2,249")), ("Inventories", ("8,020", "7,511")),
+                                            ("Total current assets", ("16,525", "15,134")), ("Total assets", ("45,400", "40,830"))]):
+        for x, text in zip((50, 330, 410), (label, *figures)):
+            page.insert_text((x, 122 + row * 18), text, fontsize=10)
+    doc.new_page().insert_textbox(pymupdf.Rect(50, 50, 545, 800), "Forward-looking statements involve risks. " * 20, fontsize=11)
+    doc.save(path)
+    return path
+
+
 # -----------------------------------------------------------------------------
 # A local server speaking Ollama's HTTP API (no Ollama can run here): /api/tags,
 # /api/embed (the embedders and the Ollama reranker) and streamed /api/chat, with Ollama's own error for a missing model.

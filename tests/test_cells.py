@@ -12,6 +12,7 @@ import ingest
 import models
 import qa
 from records import Hit
+from conftest import release_pdf
 from retriever import Retriever
 
 CURRENT = Hit("1", "c", "ACME_2019_10K.pdf", 5, 0, 9, "Balance Sheets · Total current assets · 2019: 16,525 · 2018: 15,134 · (In millions)",
@@ -178,27 +179,6 @@ def test_a_named_cell_is_answered_in_code_and_a_question_naming_no_column_goes_t
     assert any("Lake loop" in line.text for line in lines) and cells.named_cell(question, lines) is None
     qa.answer_question(question, retriever, llm=models.get_chat_model(), scope=[collection])
     assert len(ollama_chat.chats) == 1  # the model phrases what the lines say
-
-
-def release_pdf(path: Path) -> Path:
-    """A short earnings release: the company named on its first page (its file name does not), a balance sheet on the second."""
-    doc = pymupdf.open()
-    doc.new_page().insert_textbox(pymupdf.Rect(50, 50, 545, 800), "Harbor Lane Outfitters Reports Fourth Quarter and Fiscal 2019 "
-                                  "Results. PORTLAND, Maine. Harbor Lane Outfitters, Inc. today reported net sales of $412 million "
-                                  "for fiscal 2019. " + "The company sells outdoor clothing through its stores and online. " * 6,
-                                  fontsize=11)
-    page = doc.new_page()
-    page.insert_text((50, 60), "Condensed Consolidated Balance Sheets", fontsize=12)
-    page.insert_text((50, 78), "(In thousands)", fontsize=9)
-    for x, year in zip((330, 410), ("2019", "2018")):
-        page.insert_text((x, 100), year, fontsize=10)
-    for row, (label, figures) in enumerate([("Cash and cash equivalents", ("3,138", "2,249")), ("Inventories", ("8,020", "7,511")),
-                                            ("Total current assets", ("16,525", "15,134")), ("Total assets", ("45,400", "40,830"))]):
-        for x, text in zip((50, 330, 410), (label, *figures)):
-            page.insert_text((x, 122 + row * 18), text, fontsize=10)
-    doc.new_page().insert_textbox(pymupdf.Rect(50, 50, 545, 800), "Forward-looking statements involve risks. " * 20, fontsize=11)
-    doc.save(path)
-    return path
 
 
 def test_a_cell_asked_with_the_companys_name_and_a_date_is_read_in_code_from_a_real_store(store, embedder, ollama_chat, monkeypatch, tmp_path):

@@ -11,7 +11,7 @@ import evidence
 import finance
 import ingest
 import rules
-from conftest import write_text_pdf
+from conftest import release_pdf, write_text_pdf
 from pages import Page, page_lines, row_label, unit_above
 from retriever import Retriever
 
@@ -212,3 +212,16 @@ def test_rule_a_line_that_can_give_the_kind_of_answer_asked_ranks_above_one_that
     assert evidence.gives_kind_asked("quantity", "Revenue was $2.41 billion in 2022.")
     assert not evidence.gives_kind_asked("quantity", "Acme had a record fiscal 2022.")
     assert evidence.gives_kind_asked("date", "The plant opened in March.") and not evidence.gives_kind_asked("", "It rose 5%.")
+
+
+def test_rule_a_line_that_only_names_the_company_takes_no_place_from_the_line_that_answers(store, embedder, tmp_path):
+    """The release names its company on its first page (not on most pages): the question's "Harbor Lane Outfitters'"
+    says whose figure, and the lines that only repeat the name ("Harbor Lane Outfitters, Inc.") answer nothing."""
+    collection = ingest.ingest_pdf(release_pdf(tmp_path / "q4_release.pdf"), store, embedder).collection
+    retriever = Retriever(store, embedder)
+    question = "What were Harbor Lane Outfitters' total current assets at the end of 2019?"
+    first = lambda: evidence.best_lines(question, retriever.load_pages(retriever.search(question, scope=[collection])), retriever)[0]  # noqa: E731
+    assert " · Total current assets · 2019: 16,525" in first().text
+    assert retriever.own_names_asked(collection, question) == {"harbor", "lane", "outfitters", "^hlo"}
+    with rules.off(["own_name_tells_no_line"]):
+        assert first().page == 1 and "Total current assets" not in first().text
