@@ -507,7 +507,7 @@ def measure_items(question: str) -> list[re.Pattern]:
 
 rules.register("measure_only_a_part", "a measure the question joins to another quantity (to, less, plus, per, a margin, a share "
                "of) is only a part of what it asks", _TEST + "test_rule_a_measure_joined_to_another_quantity_is_only_a_part_of_what_is_asked",
-               forbids=True)
+               forbids=True, pays_on="docs/experiments/2026-11-28-the-line-that-answers-first.md: FinanceBench's two EBITDA-margin questions no longer answered with EBITDA")
 # "total debt to EBITDA", "EBITDA less capex", "EBITDA margin", "free cash flow per share": another quantity
 _JOINED_BEFORE = re.compile(r"\b(?:to|less|minus|plus|over|by)\s+(?:the |its |total )*$", re.IGNORECASE)
 _JOINED_AFTER = re.compile(r"\s*(?:to|less|minus|plus|after|net of|per|divided by|as an? (?:%|percent|percentage|share) of)\b|"
