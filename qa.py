@@ -496,7 +496,7 @@ def table_cell(turn: Turn) -> AnswerStream | None:
     cited by that line; it goes before a domain's reading of whole pages."""
     if turn.given is not None or not turn.answer.evidence:
         return None
-    names = {line.collection: turn.retriever.profile(line.collection).names for line in turn.answer.evidence}
+    names = {collection: turn.retriever.profile(collection).names for collection in {line.collection for line in turn.answer.evidence}}
     row_labels = [line.label for page in turn.pages for line in page.lines if line.kind == "row"]
     if not (cell := cells.named_cell(turn.parsed.query, turn.answer.evidence, names, row_labels)):
         return None

@@ -395,7 +395,9 @@ def test_one_answer_reads_the_question_once_and_each_page_once_and_enters_the_re
     """The answer path is one pass: the question is parsed once, each of its pages is rebuilt from its chunks
     once, and retriever.py is entered four times (a call into it from outside; its calls inside it do not
     count): its state three times, for the search, the page loads and the evidence lines' scores, and its
-    pure Reciprocal Rank Fusion formula once, which the evidence lines share with the page search."""
+    pure Reciprocal Rank Fusion formula once, which the evidence lines share with the page search; and once each
+    for the small lookups the lines and a cell make (the question's tokens, the words on most pages, the names the
+    question gives the document, its language and its profile)."""
     import sys
     from collections import Counter
 
@@ -426,7 +428,7 @@ def test_one_answer_reads_the_question_once_and_each_page_once_and_enters_the_re
         sys.setprofile(None)
     assert answer.evidence and answer.sources  # a real answer went through every step
     # the page order of the evidence lines asks once which of the question's words tell the document's pages apart
-    assert dict(entries) == {"search": 1, "load_pages": 1, "line_scores": 1, "rrf": 1,
-                             "query_tokens": 1, "words_on_most_pages": 1, "language": 1}, entries
+    assert dict(entries) == {"search": 1, "load_pages": 1, "line_scores": 1, "rrf": 1, "query_tokens": 1, "words_on_most_pages": 1,
+                             "own_names_asked": 1, "language": 1, "profile": 1}, entries  # profile: the names a cell may be asked by
     assert calls["parse_question"] == 1, calls
     assert calls["page_text"] == len({(h.collection, h.page) for h in retriever.search("fish landed 1911")}), calls
