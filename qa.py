@@ -339,7 +339,8 @@ class AnswerStream:
 def checked(answer: Answer, text: str, question: str, t0: float) -> None:
     """Fill ``answer`` with the model's ``text`` checked sentence by sentence against its sources."""
     answer.text = text.strip()
-    answer.sentences = verify_answer(answer.text, answer.sources, question)
+    # a refusal states nothing a line could back: checked, the nearest-lines sentence would read as unbacked (⚠ on /v1)
+    answer.sentences = [] if is_refusal(answer.text) else verify_answer(answer.text, answer.sources, question)
     judged = [s for s in answer.sentences if s.supported is not None]
     answer.confidence = round(sum(s.supported for s in judged) / len(judged), 2) if judged else None
     answer.seconds = time.perf_counter() - t0

@@ -307,6 +307,7 @@ def test_rule_a_refusal_beside_the_lines_found_says_they_are_the_nearest(facts, 
     question = "Which trains went to the capital?"  # asks no figure or date: no line is quoted
     answer = qa.answer_question(question, retriever, llm=models.get_chat_model())
     assert answer.evidence and answer.refused and answer.text == prompts.NEAREST_LINES
+    assert answer.sentences == [] and answer.confidence is None  # a refusal states nothing to check, so nothing is flagged
     with rules.off(["refusal_beside_lines"]):
         assert qa.answer_question(question, retriever, llm=models.get_chat_model()).text == prompts.REFUSAL
 
