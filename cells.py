@@ -4,8 +4,11 @@
     table row read with its heads ("Balance Sheets · Total current assets · 2019: 16,525 · 2018: 15,134")
       -> a lookup?       a question that asks for something done to a value (a change, a sum, a yes or no)
                          is not a cell; nor one with a word that neither the row, its column, its table
-                         nor its document accounts for ("... of the Asia segment")
-      -> the row         the rows whose label's words all stand in the question; the one naming most of them
+                         nor its document accounts for ("... of the Asia segment"). Accounted for: words asking
+                         for a value, the answer's form ("in thousands", "fiscal"), a date's month and day,
+                         and the names the document gives itself (its profile: "Harbor Lane Outfitters'")
+      -> the row         the rows whose label's words all stand in the question, the one naming most of them;
+                         else the one row of the pages read holding all the words left ("cash")
       -> the column      of that row's cells, the one whose head the question names, and only one
       -> Cell(line, number, column, value): "Total current assets, 2019: 16,525 · (In millions) [L1]."
 

@@ -8,10 +8,13 @@
          with ``more``, the further lines the model reads, chosen the same way after the first ``n``
       -> rankings of the lines of the pages that show some, as for pages (retriever.line_scores, one visit):
            keywords   BM25 over those lines (the question's words, numbers, years; a word printed on
-                      most of a document's pages, like its company's name, left out)
+                      most of a document's pages, or a name the question gives the document, left out)
            meaning    cosine of the question and the line's text, both embedded
          and, when a domain marks some of the lines (domains.line_ranking: a measure's rows), a third:
            marked     those lines, in keyword order
+         and, when the question asks a quantity or a date (ParsedQuestion.answer_kind), another:
+           fitting    the lines holding a word asked that can give that kind (a figure, a date), in keyword order
+         and, with a RERANKER set, its order (rerankers.py)
       -> Reciprocal Rank Fusion of them
       -> each page shows its best lines
       -> each line a Hit whose [start, end) is the line's span on its page (for highlighting)
