@@ -125,7 +125,7 @@ def test_a_cached_document_reports_its_cut_pages_again(store, embedder, tmp_path
     assert again.cached and again.cut_pages == first.cut_pages and [c["page"] for c in first.cut_pages] == [1]
 
 
-def test_the_app_says_which_pages_were_cut_at_upload_and_in_the_library(store, embedder, tmp_path, small_model, monkeypatch):
+def test_the_app_says_which_pages_were_cut_at_upload_and_in_the_library(store, embedder, tmp_path, small_model, monkeypatch):  # noqa: F811 (small_model: the app's fixture, imported)
     monkeypatch.setattr(config, "MAX_PAGE_CHARS", 600)
     pdf = write_text_pdf(tmp_path / "ledger.pdf", [sentences(20, "ledger"), "A short second page about tides."])
     app = upload(AppTest.from_file(APP, default_timeout=300).run(), pdf)
