@@ -13,6 +13,7 @@ domain (contracts, papers) is a module with these names and its name in ``_KNOWN
     answer_in_code    qa              an answer worked out in code from the loaded pages, no model
     prompt_notes      qa              notes for the model beside the question (a measure's formula)
     asks_calculation  calc            whether the question asks for arithmetic
+    names_a_figure    question        whether the question names something it knows as a figure (a line item)
     document_types    routing         (type, pattern) of documents it knows, tried before the generic ones
     report_period     routing         the year a document's first pages say it covers
     wordings, wording_of, in_wording  retriever   how a document writes the question's years, so the
@@ -77,6 +78,10 @@ def prompt_notes(question: str) -> list[str]:
 
 def asks_calculation(question: str) -> bool:
     return any(domain.asks_calculation(question) for domain in active())
+
+
+def names_a_figure(question: str) -> bool:
+    return any(domain.names_a_figure(question) for domain in active())
 
 
 def document_types() -> list[tuple[str, str]]:

@@ -15,6 +15,7 @@ generic answer path knows none of this: it reaches this module only through the 
                                                       item asked alone read off its row (item_asked), no model
     prompt_notes           formulas_for()             a measure's textbook formula, told to the model
     asks_calculation       asks_calculation()         measure words that ask for arithmetic
+    names_a_figure         names_a_figure()           a line item named: the question asks a figure
     document_types         DOC_TYPES                  10-K, 10-Q, financial statements (routing's profile)
     report_period          report_period()            the year a report's cover says it covers
     wordings, wording_of,  year_style(),              how a document writes its fiscal years ("FY2019",
@@ -136,6 +137,12 @@ _ASKS_CALCULATION = re.compile(
     r"(debt|liabilities|assets|equity|capital|ebitda|sales|revenues?))\b",
     re.IGNORECASE,
 )
+
+
+def names_a_figure(question: str) -> bool:
+    """Whether the question names a statement's line item, a figure ("What were total current assets in 2019?").
+    names_a_figure("What were Nike's inventories in FY2019?") -> True; names_a_figure("Who chairs the board?") -> False"""
+    return bool(items_named(question))
 
 
 rules.register("measure_computed", "a financial measure is computed, not read",

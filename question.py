@@ -46,9 +46,9 @@ _INSTRUCTION = re.compile("|".join(_INSTRUCTION_CUES), re.IGNORECASE)
 _PARENTHESES = re.compile(r"\s*\(([^()]*)\)")
 
 
-rules.register("answer_kind", 'a question asks for a quantity ("how much", "what percentage", a unit, a measure), a date ("when", '
+rules.register("answer_kind", 'a question asks for a quantity ("how much", "what percentage", a unit, a measure or line item a domain knows), a date ("when", '
                '"which year") or neither (a reason, a name), by its wording', "tests/test_question.py::test_rule_a_question_asks_a_quantity_a_date_or_neither")
-# Rule: a question asks for a quantity ("how much", "what percentage", a unit, a measure), a date ("when", "which year") or neither (a reason, a name), by its wording.
+# Rule: a question asks for a quantity ("how much", "what percentage", a unit, a measure or line item a domain knows), a date ("when", "which year") or neither (a reason, a name), by its wording.
 _ASKS_QUANTITY = re.compile(r"\bhow (?:much|many|large|big|high|low)\b|\bwhat (?:is |was |were |are )?(?:the )?"
                             r"(?:total |net |annual |aggregate )?(?:percent(?:age)?|share|proportion|amount|number|value|rate|ratio|"
                             r"size|sum|count)\b|\b(?:usd|us\$|eur|gbp)\b|\bin (?:millions|billions|thousands)\b", re.IGNORECASE)
@@ -91,7 +91,7 @@ class ParsedQuestion:
     def answer_kind(self) -> str:
         """"quantity", "date" or "" (neither): what kind of answer the query asks for, read once (rule answer_kind)."""
         if "kind" not in self._read:
-            asks_quantity = _ASKS_QUANTITY.search(self.query) or domains.asks_calculation(self.query)
+            asks_quantity = _ASKS_QUANTITY.search(self.query) or domains.asks_calculation(self.query) or domains.names_a_figure(self.query)
             self._read["kind"] = "" if not rules.on("answer_kind") or _ASKS_REASON.search(self.query) else (
                 "date" if _ASKS_DATE.search(self.query) else "quantity" if asks_quantity else "")
         return self._read["kind"]
