@@ -138,6 +138,22 @@ def three_page_pdf(tmp_path) -> Path:
     return write_text_pdf(tmp_path / "facts.pdf", FACT_PAGES)
 
 
+def held_chats(ollama_server, monkeypatch, timeout: float) -> tuple[threading.Event, threading.Event]:
+    """Make the Ollama stand-in hold every chat reply until ``release`` is set (at most ``timeout`` s); ``asked`` is
+    set when a chat arrives. Returns (asked, release): a test sees what the app shows while the model "writes"."""
+    asked, release = threading.Event(), threading.Event()
+    reply_now = ollama_server.do_POST
+
+    def held(handler):
+        if handler.path == "/api/chat":
+            asked.set()
+            release.wait(timeout=timeout)
+        reply_now(handler)
+
+    monkeypatch.setattr(ollama_server, "do_POST", held)
+    return asked, release
+
+
 def release_pdf(path: Path) -> Path:
     """A short earnings release: the company named on its first page (its file name does not), a balance sheet on the second."""
     doc = pymupdf.open()

@@ -24,7 +24,7 @@ import ingest
 import models
 import prompts
 from checker import CheckedSentence, Citation
-from conftest import SERVER_KEY, SERVER_MODEL, free_port, shown, write_text_pdf
+from conftest import SERVER_KEY, SERVER_MODEL, free_port, held_chats, shown, write_text_pdf
 from retriever import Retriever
 from safe_text import passage_md
 from test_chroma_server import running_chroma
@@ -637,16 +637,7 @@ def test_a_question_sent_while_an_answer_is_written_waits_its_turn_and_every_ans
                                                    "How long did the trains to the capital take?",  # the follow-up rewritten
                                                    "Trains to the capital took nine hours [1]."])
     monkeypatch.setattr(ollama_server, "chats", [])
-    asked, release = threading.Event(), threading.Event()
-    reply_now = ollama_server.do_POST
-
-    def held(handler):
-        if handler.path == "/api/chat":
-            asked.set()
-            release.wait(timeout=120)
-        reply_now(handler)
-
-    monkeypatch.setattr(ollama_server, "do_POST", held)
+    asked, release = held_chats(ollama_server, monkeypatch, timeout=120)
     st.cache_resource.clear()
     models.forget_chat_models()
     conversation = conversations.create()

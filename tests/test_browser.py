@@ -26,7 +26,7 @@ import pytest
 
 import config
 import conversations
-from conftest import SERVER_KEY, SERVER_MODEL, write_text_pdf
+from conftest import SERVER_KEY, SERVER_MODEL, held_chats, write_text_pdf
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_FLAGS = [
@@ -117,15 +117,15 @@ def assert_nothing_live(page, port: int, requests: list[str]) -> None:
     assert requests == []
 
 
+def harbour_pdf(tmp_path: Path) -> Path:
+    """The three-page harbour history the browser tests upload: a keeper, a fleet, and the railway's year on page 3."""
+    return write_text_pdf(tmp_path / "harbour.pdf", ["The lighthouse keeper of Port Elwin was Margaret Tolland.",
+                                                     "The fishing fleet landed mostly cod and haddock.",
+                                                     "The railway reached the town in 1889. Trains to the capital took nine hours."])
+
+
 def test_upload_ask_and_see_the_cited_page_in_a_real_browser(app_url, tmp_path):
-    pdf = write_text_pdf(
-        tmp_path / "harbour.pdf",
-        [
-            "The lighthouse keeper of Port Elwin was Margaret Tolland.",
-            "The fishing fleet landed mostly cod and haddock.",
-            "The railway reached the town in 1889. Trains to the capital took nine hours.",
-        ],
-    )
+    pdf = harbour_pdf(tmp_path)
     with browser_page(tmp_path) as page:
         upload_and_wait(page, app_url, pdf)
         ask(page, "When did the railway reach the town?")
@@ -197,27 +197,11 @@ def test_an_answer_holding_an_image_is_shown_as_text_and_fetches_nothing(serve_a
 def test_the_evidence_lines_are_on_screen_before_the_first_word_of_the_answer(serve_app, ollama_server, monkeypatch, tmp_path):
     """The model (a stand-in speaking Ollama's protocol) holds back its reply until the test has seen the
     evidence lines in the page: they come from the search alone, the answer streams in under them after."""
-    asked, release = threading.Event(), threading.Event()
-    reply_now = ollama_server.do_POST
-
-    def reply_when_released(handler):
-        if handler.path == "/api/chat":
-            asked.set()
-            release.wait(timeout=180)
-        reply_now(handler)
-
-    monkeypatch.setattr(ollama_server, "do_POST", reply_when_released)
+    asked, release = held_chats(ollama_server, monkeypatch, timeout=180)
     monkeypatch.setattr(ollama_server, "models", [config.OLLAMA_DEFAULT_LLM])
     monkeypatch.setattr(ollama_server, "reply", "Trains first came to the town in 1889 [1].")
     app_url = serve_app(LLM_BACKEND="ollama", OLLAMA_BASE_URL=config.OLLAMA_BASE_URL)
-    pdf = write_text_pdf(
-        tmp_path / "harbour.pdf",
-        [
-            "The lighthouse keeper of Port Elwin was Margaret Tolland.",
-            "The fishing fleet landed mostly cod and haddock.",
-            "The railway reached the town in 1889. Trains to the capital took nine hours.",
-        ],
-    )
+    pdf = harbour_pdf(tmp_path)
     try:
         with browser_page(tmp_path) as page:
             upload_and_wait(page, app_url, pdf)
@@ -301,14 +285,7 @@ def test_a_conversation_comes_back_after_a_reload_and_a_restart_and_leaves_nothi
     marker = "qv7lighthouse"  # in the question only: nowhere in the PDF
     question = f"When did the railway reach the town? ({marker})"
     store = tmp_path / "store"  # serve_app's store, the same for every start
-    pdf = write_text_pdf(
-        tmp_path / "harbour.pdf",
-        [
-            "The lighthouse keeper of Port Elwin was Margaret Tolland.",
-            "The fishing fleet landed mostly cod and haddock.",
-            "The railway reached the town in 1889. Trains to the capital took nine hours.",
-        ],
-    )
+    pdf = harbour_pdf(tmp_path)
     app_url = serve_app()
 
     def the_conversation_is_back(page) -> None:
@@ -384,14 +361,7 @@ def test_a_question_typed_while_a_follow_up_is_answered_waits_its_turn_and_every
     monkeypatch.setattr(ollama_server, "models", [config.OLLAMA_DEFAULT_LLM])
     monkeypatch.setattr(ollama_server, "replies", [answers[0], "How long did the trains to the capital take?", *answers[1:]])
     app_url = serve_app(LLM_BACKEND="ollama", OLLAMA_BASE_URL=config.OLLAMA_BASE_URL)
-    pdf = write_text_pdf(
-        tmp_path / "harbour.pdf",
-        [
-            "The lighthouse keeper of Port Elwin was Margaret Tolland.",
-            "The fishing fleet landed mostly cod and haddock.",
-            "The railway reached the town in 1889. Trains to the capital took nine hours.",
-        ],
-    )
+    pdf = harbour_pdf(tmp_path)
     messages = None
     try:
         with browser_page(tmp_path) as page:
