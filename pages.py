@@ -156,7 +156,8 @@ def page_lines(text: str) -> list[Line]:
             paragraph_kind = "item"
         paragraph.append((s, e))
         ends_sentence = bool(re.search(r"[.!?:;][\"'”’)\]]*$", cell))
-        if paragraph_kind != "item" and not ends_sentence and len(cell) <= _HEADING_MAX_CHARS and len(paragraph) == 1:
+        if (paragraph_kind != "item" and not ends_sentence and len(cell) <= _HEADING_MAX_CHARS and len(paragraph) == 1
+                and not carries_on(text, physical, kinds, i)):
             # a short line that ends no sentence stands alone: a heading (or a table's title)
             paragraph.clear()
             lines.append(Line(s, e, "heading", _joined(cell)))
@@ -167,6 +168,25 @@ def page_lines(text: str) -> list[Line]:
         i += 1
     flush_paragraph()
     return lines
+
+
+rules.register("wrapped_line_carries_on", "a short line whose next line begins in lower case carries its sentence on: it is "
+               "prose wrapped in a narrow column, not a heading", "tests/test_evidence.py::test_rule_a_short_line_carried_on_in_lower_case_is_prose_not_a_heading")
+
+_CARRIED_ON = re.compile(r"^[\"'“‘(\[]*[a-zà-ÿ]")
+
+
+def carries_on(text: str, physical: list[tuple[int, int]], kinds: list[str], i: int) -> bool:
+    """Rule: a short line whose next line begins in lower case carries its sentence on: it is prose wrapped in a
+    narrow column, not a heading. Line ``i`` of the page's ``physical`` lines (``kinds`` as ``_cell_kind`` reads them).
+
+    In two- and three-column pages every line is short; read as headings, whole paragraphs ("Hamilton County /
+    covers approximately 538 square miles and / elevations range ...") were dropped from the evidence lines.
+    """
+    if not rules.on("wrapped_line_carries_on") or i + 1 >= len(physical) or kinds[i + 1] != "text":
+        return False
+    after = _joined(text[physical[i + 1][0] : physical[i + 1][1]])
+    return bool(_CARRIED_ON.match(after)) and not _UNIT.fullmatch(after)  # "(in millions)" under a table's title is its unit
 
 
 # A table's unit, as its heading prints it: "(In millions, except per share data)", "(Rs. in lakhs)", "$ in thousands".

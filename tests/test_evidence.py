@@ -225,3 +225,20 @@ def test_rule_a_line_that_only_names_the_company_takes_no_place_from_the_line_th
     assert retriever.own_names_asked(collection, question) == {"harbor", "lane", "outfitters", "^hlo"}
     with rules.off(["own_name_tells_no_line"]):
         assert first().page == 1 and "Total current assets" not in first().text
+
+
+def test_rule_a_short_line_carried_on_in_lower_case_is_prose_not_a_heading():
+    """A page printed in narrow columns wraps every sentence into short lines; read as headings, the sentence that
+    answers ("covers approximately 538 square miles") never became an evidence line."""
+    column = ("Geography\nThe county lies on the plains. Hamilton County\ncovers approximately 538 square miles and\n"
+              "elevations range from 1,660 feet above sea\nlevel in the east.\nCounty Seat\nAurora is the seat.")
+    lines = page_lines(column)
+    assert [(line.kind, line.text) for line in lines] == [
+        ("heading", "Geography"),
+        ("sentence", "The county lies on the plains."),
+        ("sentence", "Hamilton County covers approximately 538 square miles and elevations range from 1,660 feet above sea "
+                     "level in the east."),
+        ("heading", "County Seat"),
+        ("sentence", "Aurora is the seat.")]
+    with rules.off({"wrapped_line_carries_on"}):
+        assert "covers approximately 538 square miles and" in [line.text for line in page_lines(column) if line.kind == "heading"]
