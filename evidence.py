@@ -39,7 +39,7 @@ import config
 import domains
 import rerankers
 import rules
-from pages import Page, page_text, unit_above
+from pages import HEADING_MAX_CHARS, Page, page_text, unit_above
 from question import ParsedQuestion, parse_question
 from records import Hit, Line
 from retriever import Retriever, rrf
@@ -126,8 +126,7 @@ def best_lines(question: str | ParsedQuestion, pages: list[Page], retriever: Ret
     candidates: list[tuple[Hit, Line, int, Page]] = []
     said: set[str] = set()
     for rank, page in enumerate(pages[:max_pages], 1):
-        lines = [line for line in page.lines  # a heading names, it states nothing
-                 if line.kind != "heading" and len(line.text) >= config.EVIDENCE_MIN_CHARS]
+        lines = [line for line in readable_lines(page.lines) if len(line.text) >= config.EVIDENCE_MIN_CHARS]
         candidates += [(replace(page.hit, start=line.start, end=line.end, text=line.text), line, rank, page) for line in lines
                        if line.text not in said and not said.add(line.text)]  # a line printed twice is read once
     if not candidates:
@@ -167,6 +166,39 @@ def best_lines(question: str | ParsedQuestion, pages: list[Page], retriever: Ret
                      "before": sentence_before(page, line)}
         shown.append(hit)
     return shown
+
+
+rules.register("short_lines_read_as_one", "a run of short lines standing alone (a cover page, a letterhead, a signature) is "
+               "read as one line: each names, together they state (\"Rick Scott · GOVERNOR\", \"Produced by: · Florida Department of Health\")",
+               "tests/test_evidence.py::test_rule_a_run_of_short_lines_is_read_as_one_line")
+
+
+def readable_lines(lines: list[Line]) -> list[Line]:
+    """The page's lines that can be shown as evidence: every line but a heading, since a heading names and
+    states nothing.
+
+    Rule: a run of short lines standing alone (a cover page, a letterhead, a signature) is read as one line:
+    each names, together they state ("Rick Scott · GOVERNOR", "Produced by: · Florida Department of Health").
+    A run of two or more headings (``page_lines`` reads any short line that ends no sentence as one) or short
+    labels ending in a colon ("Produced by:") becomes a "block" line spanning them; a lone label is read as it is,
+    and a run right above a table's rows is the table's title, which its rows already read.
+    """
+    out: list[Line] = []
+    run: list[Line] = []
+    for line in [*lines, None]:
+        if line is not None and (line.kind == "heading" or (line.kind == "sentence" and line.text.endswith(":")
+                                                             and len(line.text) <= HEADING_MAX_CHARS)):
+            run.append(line)
+            continue
+        titles_a_table = line is not None and line.kind == "row"  # the rows below carry their table's title
+        if len(run) >= 2 and not titles_a_table and rules.on("short_lines_read_as_one"):
+            out.append(Line(run[0].start, run[-1].end, "block", " · ".join(short.text for short in run)))
+        else:
+            out += [short for short in run if short.kind != "heading"]
+        run = []
+        if line is not None:
+            out.append(line)
+    return out
 
 
 def holds_telling_word(query: ParsedQuestion, texts: list[str], collections: list[str], retriever: Retriever) -> np.ndarray:

@@ -30,7 +30,7 @@ from text_utils import FIGURE_CELL, is_period_cell, sentence_spans
 
 _FILLER_CELL = re.compile(r"^[\s$]*$")
 _BULLET = re.compile(r"^\s*(?:[•●▪◦·\-–*]|\(?\d{1,2}[.)]|\(?[a-z][.)])\s+")
-_HEADING_MAX_CHARS = 60
+HEADING_MAX_CHARS = 60
 LONGEST_LINE = 400  # characters; a longer "sentence" (a run-on list) is cut at its line breaks
 
 
@@ -156,14 +156,14 @@ def page_lines(text: str) -> list[Line]:
             paragraph_kind = "item"
         paragraph.append((s, e))
         ends_sentence = bool(re.search(r"[.!?:;][\"'”’)\]]*$", cell))
-        if (paragraph_kind != "item" and not ends_sentence and len(cell) <= _HEADING_MAX_CHARS and len(paragraph) == 1
+        if (paragraph_kind != "item" and not ends_sentence and len(cell) <= HEADING_MAX_CHARS and len(paragraph) == 1
                 and not carries_on(text, physical, kinds, i)):
             # a short line that ends no sentence stands alone: a heading (or a table's title)
             paragraph.clear()
             lines.append(Line(s, e, "heading", _joined(cell)))
             # a unit line under a table's title ("(in thousands)") adds to that title rather than replacing it
             heading = f"{heading} {_joined(cell)}" if heading and _UNIT.fullmatch(_joined(cell)) else _joined(cell)
-        elif ends_sentence and len(cell) <= _HEADING_MAX_CHARS:  # a paragraph's short last line: the next starts anew
+        elif ends_sentence and len(cell) <= HEADING_MAX_CHARS:  # a paragraph's short last line: the next starts anew
             flush_paragraph()
         i += 1
     flush_paragraph()

@@ -38,6 +38,6 @@ class Line:
 
     start: int
     end: int
-    kind: str  # "sentence", "heading", "item", "row"
+    kind: str  # "sentence", "heading", "item", "row"; "block" (a run of short lines read as one: evidence.readable_lines)
     text: str  # as read: a row with its heading and column heads
     label: str = ""  # a row's own label ("Net sales"), without heading or figures

@@ -242,3 +242,18 @@ def test_rule_a_short_line_carried_on_in_lower_case_is_prose_not_a_heading():
         ("sentence", "Aurora is the seat.")]
     with rules.off({"wrapped_line_carries_on"}):
         assert "covers approximately 538 square miles and" in [line.text for line in page_lines(column) if line.kind == "heading"]
+
+
+def test_rule_a_run_of_short_lines_is_read_as_one_line():
+    """A cover page prints a name on one line and its role on the next: each alone is a heading, which states
+    nothing; read together they say who the governor is. A table's title above its rows stays the rows' heading."""
+    cover = page_lines("Strategic Plan\n2016-2018\nRick Scott\nGOVERNOR\n\nProduced by:\nDepartment of Health\n"
+                       "The plan is reviewed every year.\nCash Flows\n(In millions)\n2018\n2017\nCapex\n(1,577)\n(1,373)")
+    read = evidence.readable_lines(cover)
+    assert [(line.kind, line.text) for line in read] == [
+        ("block", "Strategic Plan · 2016-2018 · Rick Scott · GOVERNOR · Produced by: · Department of Health"),
+        ("sentence", "The plan is reviewed every year."),
+        ("row", "Cash Flows (In millions) · Capex · 2018: (1,577) · 2017: (1,373)")]
+    assert all(line.kind != "heading" for line in evidence.readable_lines(cover))
+    with rules.off({"short_lines_read_as_one"}):
+        assert [line.kind for line in evidence.readable_lines(cover)] == ["sentence", "sentence", "row"]  # "Produced by:" alone
