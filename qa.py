@@ -336,8 +336,9 @@ class AnswerStream:
         self.result = self._finish("".join(text))
 
 
-def checked(answer: Answer, text: str, question: str, t0: float) -> None:
-    """Fill ``answer`` with the model's ``text`` checked sentence by sentence against its sources."""
+def checked(answer: Answer, text: str, question: str | ParsedQuestion, t0: float) -> None:
+    """Fill ``answer`` with the model's ``text`` checked sentence by sentence against its sources; ``question`` as read
+    (the answer path's ParsedQuestion: the checker reads the question asked, not the instructions beside it)."""
     answer.text = text.strip()
     # a refusal states nothing a line could back: checked, the nearest-lines sentence would read as unbacked (⚠ on /v1)
     answer.sentences = [] if is_refusal(answer.text) else verify_answer(answer.text, answer.sources, question)
@@ -558,7 +559,7 @@ def checked_by(turn: Turn) -> Callable[[str], Answer]:
 
     def finish(text: str) -> Answer:
         turn.stage("Checking the citations…")
-        checked(turn.answer, text, turn.question, turn.t0)
+        checked(turn.answer, text, turn.parsed, turn.t0)
         turn.answer.refused = is_refusal(turn.answer.text)
         log.info("Answered in %.1fs, confidence %s", turn.answer.seconds, turn.answer.confidence)
         return turn.answer

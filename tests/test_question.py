@@ -71,7 +71,7 @@ def test_the_search_and_the_evidence_lines_tokenise_the_question_once(store, emb
 
     def watch(frame, event, arg):
         if event == "call" and frame.f_code.co_name == "tokenize" and frame.f_locals.get("text") == parsed.query:
-            tokenised.append(frame.f_back.f_code.co_name)
+            tokenised.append(frame.f_back.f_code.co_qualname.split(".<locals>")[0])
 
     sys.setprofile(watch)
     try:
@@ -79,7 +79,7 @@ def test_the_search_and_the_evidence_lines_tokenise_the_question_once(store, emb
     finally:
         sys.setprofile(None)
     assert "3,200 tonnes" in lines[0].text
-    assert tokenised == ["tokens"]  # once, by ParsedQuestion.tokens
+    assert tokenised == ["ParsedQuestion.tokens"]  # once, by ParsedQuestion.tokens
 
 
 def test_rule_a_question_asks_a_quantity_a_date_or_neither():
