@@ -509,7 +509,7 @@ def table_cell(turn: Turn) -> AnswerStream | None:
 
 def domain_measure(turn: Turn) -> AnswerStream | None:
     """A measure a domain knows how to work out from the pages' own lines (domains.answer_in_code)."""
-    if turn.given is not None or not (worked := domains.answer_in_code(turn.asked, turn.pages)):
+    if turn.given is not None or not (worked := domains.answer_in_code(turn.parsed, turn.pages)):
         return None
     text, turn.answer.sources = worked
     log.info("Worked out from pages %s, no model call", [h.page for h in turn.answer.sources])

@@ -93,6 +93,12 @@ class ParsedQuestion:
         return self._once(("keywords", language), lambda: self.tokens(language) + acronym_tokens(self.query, language))
 
     @property
+    def form(self) -> str:
+        """The instructions beside the query as one text: what they say of the answer's form ("in USD millions",
+        "in units of percents", "round to one decimal place"); no reading of what is asked."""
+        return " ".join(self.instructions)
+
+    @property
     def words(self) -> frozenset[str]:
         """The query's tokens (English) as a set: what an answer restating the question repeats."""
         return self._once("words", lambda: frozenset(self.tokens()))
