@@ -500,7 +500,7 @@ def table_cell(turn: Turn) -> AnswerStream | None:
         return None
     names = {collection: turn.retriever.profile(collection).names for collection in {line.collection for line in turn.answer.evidence}}
     row_labels = [line.label for page in turn.pages for line in page.lines if line.kind == "row"]
-    if not (cell := cells.named_cell(turn.parsed.query, turn.answer.evidence, names, row_labels)):
+    if not (cell := cells.named_cell(turn.parsed, turn.answer.evidence, names, row_labels)):
         return None
     turn.answer.sources = turn.answer.evidence
     log.info("Read in code: a table cell on p.%d, no model call", cell.line.page)  # the page's words stay out of the log
