@@ -124,6 +124,11 @@ class ParsedQuestion:
         return self._once("months", lambda: frozenset(months_in(self.query)))
 
     @property
+    def numbers(self) -> frozenset[str]:
+        """The numbers the query writes, without thousands separators (text_utils.numbers_in): "error 288" -> "288"."""
+        return self._once("numbers", lambda: frozenset(numbers_in(self.query)))
+
+    @property
     def names(self) -> frozenset[str]:
         """The words the query writes as names (text_utils.names_in: capitalised, or letters with digits; its first
         word, capitalised anyway, left out)."""
@@ -174,7 +179,7 @@ class ParsedQuestion:
         parse_question("What is the market name for EPS Code AR01 on page 9?").keys -> {"ar01"}
         """
         return self._once("keys", lambda: frozenset({w for w in self.names_with_first if CODE.match(w)}
-                                                    | {n for n in numbers_in(self.query) - self.subject_figures if n.isdigit()}))
+                                                    | {n for n in self.numbers - self.subject_figures if n.isdigit()}))
 
     @property
     def answer_kind(self) -> str:

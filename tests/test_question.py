@@ -55,6 +55,14 @@ def test_a_question_is_tokenised_once_per_language_and_searching_again_reads_not
     assert "expenditure" in spelled.keywords() and "expenditure" not in parsed.keywords()
 
 
+def test_the_readings_of_a_question_are_made_from_its_query_once():
+    parsed = parse_question("What was ACME's FY2019 total assets figure for error 288 on page 9? Answer in USD millions.")
+    assert parsed.cell_words == {"acme", "fy", "2019", "total", "asset", "figure", "error", "288", "page", "9"}  # no possessive "s"
+    assert parsed.names == {"acme", "fy2019"} and parsed.subject_figures == {"2019", "9"} and parsed.keys == {"fy2019", "288"}
+    assert parsed.subject_words == {"acme", "s", "fy", "2019"} and parsed.form == "Answer in USD millions."
+    assert "usd" not in parsed.words and parsed.names is parsed.names  # the instructions are no words of what is asked
+
+
 def test_the_answer_path_tokenises_the_question_once(store, embedder, three_page_pdf):
     """One question asked (qa.ask): the search, the evidence lines, the cell reader, a domain's measures and the
     citation checker all take the ParsedQuestion, so the question is tokenised once, by ParsedQuestion.tokens, and
