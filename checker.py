@@ -281,8 +281,7 @@ def subject_figures(question: str | ParsedQuestion = "") -> frozenset[str]:
 
     subject_figures(parse_question("What does error 288 on page 89 mean in FY2021 Q3?")) -> {"89", "2021", "3"}
     """
-    question = as_read(question)
-    return question.subject_figures
+    return as_read(question).subject_figures
 
 
 @rules.switch("shared_references", stand_in=frozenset())

@@ -252,7 +252,7 @@ def tokenize(text: str, language: str | None = "en") -> list[str]:
 
 def cell_words(tokens: list[str]) -> set[str]:
     """``tokens`` (``tokenize``'s) as a table's cells are named by them: a plural's "s" dropped, so "assets" names
-    "Asset", and a lone "s" (a possessive's: "ACME's" is "acme", "s") left out.
+    "Asset", and a lone "s" left out: a possessive's ("ACME's" is "acme", "s"), or an initial's ("U.S.", "Ram S. Tarneja").
 
     cell_words(tokenize("ACME's total assets")) -> {"acme", "total", "asset"}
     """
