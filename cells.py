@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING
 import calc
 import rules
 from pages import row_cells, unit_above
-from text_utils import MONTHS, POSSESSIVE, YEAR_TOKEN, YEAR_WORDED, months_in, tokenize, without_s, years_in, years_named
+from question import ParsedQuestion, as_read
+from text_utils import MONTHS, YEAR_TOKEN, cell_words, months_in, tokenize, without_s, years_in
 
 if TYPE_CHECKING:
     from records import Hit
@@ -97,9 +98,9 @@ def row_parts(line: Hit) -> tuple[str, str, list[tuple[str, str]], str]:
 
 
 def words_of(text: str) -> set[str]:
-    """Lower-cased content words, a plural's "s" dropped, so "assets" names "Asset"."""
-    text = re.sub(POSSESSIVE + r"\b", "", text)  # "ACME's" is ACME
-    return {without_s(w) for w in tokenize(text)}
+    """Lower-cased content words, a plural's "s" dropped, so "assets" names "Asset" (text_utils.cell_words); a
+    question's are read once, on it (``ParsedQuestion.cell_words``)."""
+    return cell_words(tokenize(text))
 
 
 def names_column(head: str, asked: set[str], years: set[str], months: set[str] = frozenset()) -> bool:
@@ -136,13 +137,16 @@ class AskedCell:
     no_cell: set[str]  # words asking for a value, its form, or naming the document (rules lookup_words, form_words)
 
 
-def read_asked(question: str) -> AskedCell:
-    """read_asked("What was cash at December 31, 2019, in thousands?") -> words {"cash", "thousand"},
+def read_asked(question: ParsedQuestion) -> AskedCell:
+    """The question's words as cells are named (``ParsedQuestion.cell_words``), the month and day of a date before a
+    year left out (the year names the column), its years however worded ("FY2019": "fy" is a form word, "2019" a year).
+
+    read_asked(parse_question("What was cash at December 31, 2019, in thousands?")) -> words {"cash", "thousand", "2019"},
     years {"2019"}, months {"dec"}"""
-    dated = _DATE_BEFORE_YEAR.sub(" ", question) if rules.on("date_names_year_column") else question
-    months = months_in(question) if dated != question else set()
+    dates = [match.group(0) for match in _DATE_BEFORE_YEAR.finditer(question.query)] if rules.on("date_names_year_column") else []
+    months = set(question.months) if dates else set()
     no_cell = (LOOKUP_WORDS if rules.on("lookup_words") else set()) | (FORM_WORDS if rules.on("form_words") else set())
-    return AskedCell(words_of(YEAR_WORDED.sub(" ", dated)), set(years_named(question)), months, set(no_cell))
+    return AskedCell(set(question.cell_words) - words_of(" ".join(dates)), set(question.years), months, set(no_cell))
 
 
 def document_names(names: set[str]) -> set[str]:
@@ -156,7 +160,7 @@ rules.register("cell_read_in_code", "a question naming one row and one column of
 
 
 @rules.switch("cell_read_in_code", stand_in=None)
-def named_cell(question: str, lines: list[Hit], names: dict[str, set[str]] | None = None,
+def named_cell(question: str | ParsedQuestion, lines: list[Hit], names: dict[str, set[str]] | None = None,
                row_labels: list[str] | None = None) -> Cell | None:
     """Rule: a question naming one row and one column of a table is answered by that cell, read in code.
     The one cell of the evidence rows that ``question`` names by its row and its column; None when the
@@ -166,7 +170,8 @@ def named_cell(question: str, lines: list[Hit], names: dict[str, set[str]] | Non
     labels of every row on the pages read, against which a row named by only some of its words must be the
     only one holding them (the evidence lines' own rows when not given).
     """
-    if not is_lookup(question):
+    question = as_read(question)
+    if not is_lookup(question.query):
         return None
     asked = read_asked(question)
     rows = [line for line in lines if line.trace.get("kind") == "row" and words_of(line.trace.get("label", ""))]

@@ -9,8 +9,9 @@
                                          or holds only in the wrong place (unbacked_detail)
                 -> verify_answer()       CheckedSentence per sentence, with verified, co-cited
                                          and inferred Citations
-    question    -> question_words(), question_names(), subject_figures(), ...
-                                         read once per question and kept: every sentence × passage asks
+    question    -> question.ParsedQuestion: its words, names, years, subject figures and keys, read once
+                                         per question on the ParsedQuestion qa.py made (the query, not the
+                                         instructions beside it): every sentence × passage asks
 
 A number is backed only where the passage says it about the same thing: in the sentence
 or table cell (row label + column header + cell, for Markdown pipe tables) whose words fit
@@ -61,8 +62,9 @@ import cells as cells_module
 import config
 import rules
 from pages import page_lines, row_cells, row_label
-from text_utils import (FIGURES_LINE, NAME_RUN, WRITTEN_WORD, YEAR_SPAN, YEAR_TOKEN, one_year_spans, is_table_row, months_in,
-                        numbers_in, sentence_spans, table_cells, tokenize, without_possessive, without_s, years_in)
+from question import ParsedQuestion, as_read
+from text_utils import (CODE, FIGURES_LINE, NAME_RUN, REFERENCE, WRITTEN_WORD, YEAR_SPAN, YEAR_TOKEN, one_year_spans, is_table_row,
+                        months_in, names_in, numbers_in, sentence_spans, table_cells, tokenize, without_possessive, without_s, years_in)
 
 if TYPE_CHECKING:
     from records import Hit
@@ -266,60 +268,20 @@ def unknown_markers(sentences: list[CheckedSentence], as_lines: bool) -> str:
     return f" {named} {verb} no {'line' if as_lines else 'passage'} the model read."
 
 
-# Currencies and units are capitalised without naming anything a passage must repeat ("Rs. 1,907.30").
-_UNIT_WORDS = set("rs inr usd us eur gbp jpy cny rmb chf aud cad sgd hkd mn bn "
-                  "rupee rupees dollar dollars euro euros pound pounds yen yuan".split())
-
-
-def names_in(text: str) -> set[str]:
-    """Words that name something (capitalised, or letters mixed with digits), lower-cased, possessive 's dropped;
-    the first word is skipped, being capitalised anyway. names_in("Sales of GPT-4o rose in Berlin's") -> {"gpt-4o", "berlin"}"""
-    words = WRITTEN_WORD.findall(text)[1:]
-    names = {without_possessive(w.lower()) for w in words
-             if any(c.isupper() for c in w) or (any(c.isdigit() for c in w) and any(c.isalpha() for c in w))}
-    return names - _UNIT_WORDS
-
-
-_REFERENCE = re.compile(r"\b(?:pages?|pp?\.|slides?|figures?|fig\.|tables?|sections?|chapters?|appendix|steps?)\s*(\d+)", re.I)
-
-
-_ORDINAL = re.compile(r"\d+(?:st|nd|rd|th)")  # "the 2nd objective": a position the answer must find, not a name
-
-
-# The question's readings, made once per question: the checker asks for them for every sentence and source.
-
-
-@functools.lru_cache(maxsize=64)
-def question_words(question: str) -> frozenset[str]:
-    """The question's tokens (text_utils.tokenize)."""
-    return frozenset(tokenize(question))
-
-
-@functools.lru_cache(maxsize=64)
-def question_names(question: str) -> frozenset[str]:
-    """The words the question writes as names (``names_in``)."""
-    return frozenset(names_in(question))
-
-
-@functools.lru_cache(maxsize=64)
-def question_cell_words(question: str) -> frozenset[str]:
-    """The question's words as a table's cells are named by them (``cells.words_of``)."""
-    return frozenset(cells_module.words_of(question))
+# The question's readings (question.ParsedQuestion: its words, names, years, subject figures, keys) are made once
+# per question, on the question: the checker asks for them for every sentence and source.
 
 
 @rules.switch("subject_exempt", stand_in=frozenset())
-@functools.lru_cache(maxsize=64)
-def subject_figures(question: str) -> frozenset[str]:
+def subject_figures(question: str | ParsedQuestion = "") -> frozenset[str]:
     """Rule: the question's subject need not be repeated by a passage, but any other number it names is a fact to back.
-    The question's figures that name its subject, not a fact: years ("FY2023"), references
-    ("page 14", "Table 2") and digits inside names ("Q3", "GPT-4o"). Any other number the question
-    names ("error 288", the position of "the 2nd objective") is a fact an answer must find backed like any other.
+    The question's figures that name its subject, not a fact (``ParsedQuestion.subject_figures``: years,
+    references, digits inside names). Any other number the question names ("error 288", the position of
+    "the 2nd objective") is a fact an answer must find backed like any other.
 
-    subject_figures("What does error 288 on page 89 mean in FY2021 Q3?") -> {"89", "2021", "3"}
+    subject_figures(parse_question("What does error 288 on page 89 mean in FY2021 Q3?")) -> {"89", "2021", "3"}
     """
-    named = [name for name in names_in(" " + question) if any(c.isalpha() for c in name) and not _ORDINAL.fullmatch(name)]
-    inside_names = {n for name in named for n in numbers_in(name)}
-    return frozenset(years_in(question) | set(_REFERENCE.findall(question)) | inside_names)
+    return as_read(question).subject_figures
 
 
 @rules.switch("shared_references", stand_in=frozenset())
@@ -330,23 +292,23 @@ def shared_references(claim: str, passage: str) -> set[str]:
 
     shared_references("Figure 6: RAG vs baseline.", "Figure 6: Step-Back + RAG vs Baseline predictions") -> {"6"}
     """
-    return set(_REFERENCE.findall(claim)) & set(_REFERENCE.findall(passage))
+    return set(REFERENCE.findall(claim)) & set(REFERENCE.findall(passage))
 
 
 @rules.switch("specifics", stand_in=frozenset())
-def missing_specifics(claim: str, passage: str, question: str = "") -> set[str]:
+def missing_specifics(claim: str, passage: str, question: str | ParsedQuestion = "") -> set[str]:
     """Rule: every number, month and name a sentence states must be in its passage (the question's subject aside).
     The numbers, months and names ``claim`` states that ``passage`` does not contain, beyond the
     question's subject (its names, years and page references need not be repeated by the passage).
 
     missing_specifics("In June GPT-4o scored 61.5%", "In June GPT-4 scored 61.5%") -> {"gpt-4o"}
     """
-    known = passage + "\n" + question
-    known_words = {w.lower() for w in WRITTEN_WORD.findall(known)}
+    question = as_read(question)
+    known_words = {w.lower() for w in WRITTEN_WORD.findall(passage)} | names_in(passage) | question.written_words
     return (
         (numbers_in(claim) - numbers_in(passage) - subject_figures(question))
-        | (months_in(claim) - months_in(known))
-        | (names_in(claim) - known_words - names_in(known))
+        | (months_in(claim) - months_in(passage) - question.months)
+        | (names_in(claim) - known_words)
     )
 
 
@@ -403,14 +365,14 @@ def _label_words(text: str, tokens: frozenset[str] | None = None) -> set[str]:
     ("do not go online" is another group than "go online"; the stopword list drops "not").
 
     _label_words("Net sales 2023 3,226.8") -> {"net", "sales"}; _label_words("do not go online") -> {"go", "online", "not"}
-    ``tokens``: the text's tokens, when they were read already (a question's, ``question_words``).
+    ``tokens``: the text's tokens, when they were read already (a question's, ``ParsedQuestion.words``).
     """
     words = {w for w in (tokenize(text) if tokens is None else tokens) if not any(c.isdigit() for c in w)}
     return words | {"not"} if _NEGATION.search(text) else words
 
 
 @rules.switch("figure_in_place", stand_in=frozenset())
-def misplaced_figures(claim: str, passage: str, question: str = "") -> set[str]:
+def misplaced_figures(claim: str, passage: str, question: str | ParsedQuestion = "") -> set[str]:
     """Rule: a figure must stand in its passage beside the thing it is said of, and beside the claim's year.
     The claim's figures the passage holds only in the wrong place: in no sentence or table cell whose
     words fit the claim's words as well as any other figure's place does (another row), or only beside
@@ -419,10 +381,11 @@ def misplaced_figures(claim: str, passage: str, question: str = "") -> set[str]:
 
     misplaced_figures("Net income was 412", "| | 2023 |\n| Operating income | 412 |\n| Net income | 296 |") -> {"412"}
     """
+    question = as_read(question)
     words = _label_words(claim)
     passage_years = years_in(passage)
     # the question's year is the subject, unless the passage names that year too (then it picks a column)
-    years = years_in(claim) - (years_in(question) - passage_years)
+    years = years_in(claim) - (question.years_written - passage_years)
     units = [(u, _label_words(u), numbers_in(u)) for u in passage_units(passage)]
     figure_units = [(u, w, n) for u, w, n in units if n]
     best_fit = max((len(words & w) for _, w, _ in figure_units), default=0)
@@ -607,7 +570,7 @@ def labelled_values(lines: list[str]) -> list[tuple[str, set[str], set[str]]]:
 
 
 @rules.switch("cell_per_line_label", stand_in=False)
-def under_another_label(claim: str, passage: str, question: str = "") -> bool:
+def under_another_label(claim: str, passage: str, question: str | ParsedQuestion = "") -> bool:
     """Rule: in a table printed one cell per line, a figure belongs to the label above its run of values.
     Does the claim give a figure from the wrong row of a cell-per-line table? True when one of its
     figures stands only under row labels that fit the claim (and question) less well than another row's
@@ -618,12 +581,13 @@ def under_another_label(claim: str, passage: str, question: str = "") -> bool:
 
     under_another_label("Total liabilities were 59,268.", "Total liabilities\n41,190\nTotal liabilities and equity\n59,268") -> True
     """
+    question = as_read(question)
     lines = passage.split("\n")
     rows = labelled_values(lines)
-    words = _label_words(claim) | _label_words(question, question_words(question))
+    words = _label_words(claim) | _label_words(question.query, question.words)
     # what the claim says the figure is, its subject aside (a measure asked of "cash conversion cycle"
     # lists "Inventories, 2021: 6,854": the question's "cash" picks no row)
-    said = _label_words(claim) - {without_possessive(n) for n in question_names(question) | names_in(claim)}
+    said = _label_words(claim) - {without_possessive(n) for n in question.names | names_in(claim)}
     fit = lambda label: len(label & words) / len(label)  # noqa: E731  (the share of the row's label the claim says)
     in_prose = set().union(*(numbers_in(line) for line in lines if not FIGURES_LINE.match(line)))
     # a year or a span of years ("2003-04") heads a column or a row; it is no figure of one
@@ -671,20 +635,6 @@ def _lacks_said_qualifier(label: set[str], other_labels: list[set[str]], said: s
 # -----------------------------------------------------------------------------
 # Which row a lookup answers: the question's key ("EPS Code AR01", "error 88") and the rows around it
 
-_CODE = re.compile(r"^[a-z]{1,5}-?\d{1,4}$")  # "ar01", "q3", "gpt-4", "p-10"; not "2nd", "75k"
-
-
-@functools.lru_cache(maxsize=64)
-def question_keys(question: str) -> frozenset[str]:
-    """What the question looks up a row by: codes ("AR01", "Q3") and whole numbers that are neither
-    years nor page or table references ("error numbers 88 and 188"), lower-cased.
-
-    question_keys("What is the market name for EPS Code AR01 on page 9?") -> {"ar01"}
-    """
-    codes = {w for w in names_in(" " + question) if _CODE.match(w)}
-    return frozenset(codes | {n for n in numbers_in(question) - subject_figures(question) if n.isdigit()})
-
-
 def _shape(token: str) -> str:
     return re.sub(r"[a-z]", "a", re.sub(r"\d", "9", token))
 
@@ -707,7 +657,7 @@ def row_keys(lines: list[str]) -> list[tuple[int, str]]:
     """
     keys = []
     for i, line in enumerate(lines):
-        keys += [(i, w) for w in WRITTEN_WORD.findall(line.lower()) if _CODE.match(w)]
+        keys += [(i, w) for w in WRITTEN_WORD.findall(line.lower()) if CODE.match(w)]
         cells = [c.strip(" \t.:*") for c in line.strip().strip("|").split("|")]
         label = cells[1] if len(cells) > 1 else (lines[i + 1].strip() if i + 1 < len(lines) else "")
         if cells[0].isdigit() and label[:1].isalpha():
@@ -716,7 +666,7 @@ def row_keys(lines: list[str]) -> list[tuple[int, str]]:
 
 
 @rules.switch("lookup_key_row", stand_in=False)
-def beside_another_key(claim: str, passage: str, question: str) -> bool:
+def beside_another_key(claim: str, passage: str, question: str | ParsedQuestion = "") -> bool:
     """Rule: a lookup ("error 88", "code AR01") is answered from the row of its key.
     Does the claim answer a lookup from another row? True when the passage lists codes like the
     question's but not the question's own, or when the line holding the claim's words is nearer
@@ -724,14 +674,15 @@ def beside_another_key(claim: str, passage: str, question: str) -> bool:
 
     beside_another_key("It is Boiler: heat-up time error.", "88\nBoiler:\nover-temperature\n89\nBoiler:\nheat-up time error", "What is error 88?") -> True
     """
-    keys = question_keys(question)
+    question = as_read(question)
+    keys = question.keys
     lines = passage.split("\n")
     marks = [(i, k) for i, k in row_keys(lines) if k in keys or any(_is_sibling(k, key) for key in keys)]
     if not marks:
         return False
     if not any(k in keys for _, k in marks):
         return any(not k.isdigit() for _, k in marks)  # other codes only; a bare number is too common to rule out a page
-    answer_words = _label_words(claim) - question_words(question) - {"not"}
+    answer_words = _label_words(claim) - question.words - {"not"}
     overlaps = [len(answer_words & set(tokenize(line))) for line in lines]
     if not answer_words or not max(overlaps):
         return False
@@ -756,13 +707,14 @@ def said_word_for_word(quote: str, passage: str) -> bool:
     return _squash(quote) in _squash(passage)
 
 
-def unbacked_detail(claim: str, passage: str, question: str) -> bool:
+def unbacked_detail(claim: str, passage: str, question: str | ParsedQuestion = "") -> bool:
     """Does ``claim`` state something word overlap cannot vouch for in ``passage``?
     Five cases: a number, month or name that neither the passage nor the question's subject holds; a figure the passage holds only in another row, sentence or
     year (``misplaced_figures``), or under a worse-fitting row label of a cell-per-line table
     (``under_another_label``); the answer to a lookup read from another row than the question's key
     (``beside_another_key``); a denial ("not", "never"; a yes/no answer's leading "No" is its verdict)
     of a passage that denies nothing; a quotation not in it word for word."""
+    question = as_read(question)
     if missing_specifics(claim, passage, question) or misplaced_figures(claim, passage, question):
         return True
     if under_another_label(claim, passage, question) or beside_another_key(claim, passage, question):
@@ -802,7 +754,7 @@ _PAGE_BY_POSITION = re.compile(r"\b(?:first|second|third|fourth|fifth|last|\d+(?
 
 
 @rules.switch("restated_question", stand_in=False)
-def answer_beside_question(claim: str, passage: str, question: str) -> bool:
+def answer_beside_question(claim: str, passage: str, question: str | ParsedQuestion = "") -> bool:
     """Rule: a sentence restating the question is backed when what it adds stands on the page beside what was asked.
     Is ``claim`` the question restated plus an answer that ``passage`` states beside what was asked?
     Small models answer "The email id of Mtre Laurent Nahmiash is lnahmiash@infavocats.com": the
@@ -817,15 +769,17 @@ def answer_beside_question(claim: str, passage: str, question: str) -> bool:
     answer_beside_question("The car's Wi-Fi Connect uses 4G connectivity.",
                            "Wi-Fi Connect\nTurn it into a hotspot with 4G connectivity", "What does the car's Wi-Fi Connect use?") -> True
     """
-    where = _PAGE_BY_POSITION.sub(" ", question) if rules.on("page_by_position") else question
+    question = as_read(question)
+    by_position = rules.on("page_by_position")
+    where = _PAGE_BY_POSITION.sub(" ", question.query) if by_position else question.query
     if (rules.on("no_side_by_side_for_ranks") and _RANK_OR_COUNT.search(where)) or (
             rules.on("no_side_by_side_for_colours") and _COLOUR.search(where)):
         return False
-    asked = {without_s(w) for w in tokenize(_REFERENCE.sub(" ", where))}
-    added = {without_s(w) for w in tokenize(claim)} - {without_s(w) for w in question_words(question)}
+    asked = {without_s(w) for w in question.words - pointer_words(question, by_position)}
+    added = {without_s(w) for w in tokenize(claim)} - {without_s(w) for w in question.words}
     page_words = {without_s(w) for w in tokenize(passage)}
     on_page = asked & page_words
-    names = {without_s(w) for w in tokenize(" ".join(question_names(question)))}  # what picks the item: "Safety Connect"
+    names = {without_s(w) for w in question.name_tokens - {"s"}}  # what picks the item: "Safety Connect"
     if not added or not on_page or not names <= page_words:
         return False
     # a name stands above its role ("Rick Scott" / "GOVERNOR"); a figure belongs to the label above it,
@@ -841,6 +795,17 @@ def answer_beside_question(claim: str, passage: str, question: str) -> bool:
     return False
 
 
+def pointer_words(question: ParsedQuestion, by_position: bool) -> set[str]:
+    """The tokens of the query's pointers at a place in the document ("on page 10", "Table 2", and with
+    ``by_position`` "the first page"): where to look, not words of what is asked.
+
+    pointer_words(parse_question("What is shown on page 10?"), True) -> {"page", "10"}
+    """
+    pointers = [m.group(0) for m in REFERENCE.finditer(question.query)]
+    pointers += [m.group(0) for m in _PAGE_BY_POSITION.finditer(question.query)] if by_position else []
+    return set(tokenize(" ".join(pointers))) if pointers else set()
+
+
 # Rule: words that point at where a fact stands need not be on it ("as stated in the document", "given
 # under Unit 8 in the table", "the source states this in the following sentence:").
 _SOURCE_WORDS = frozenset(
@@ -849,7 +814,7 @@ _SOURCE_WORDS = frozenset(
 
 
 @rules.switch("premise_names", stand_in=frozenset())
-def strangers(question: str, sources: list[Hit]) -> set[str]:
+def strangers(question: str | ParsedQuestion, sources: list[Hit]) -> set[str]:
     """Rule: a premise no document shares backs nothing.
     The words of the question's multi-word names that no source holds (a premise the documents do
     not share: "the plants of Apple Inc." asked of an Indian tobacco company's report). A capitalised
@@ -860,14 +825,15 @@ def strangers(question: str, sources: list[Hit]) -> set[str]:
 
     strangers("Where are the plants of Apple Inc.?", [Hit(text="The Company's plant is at Andheri", ...)]) -> {"apple", "inc"}
     """
+    question = as_read(question)
     file_names = " ".join(re.sub(r"[_.\-]+", " ", hit.doc_name) for hit in sources)
     held = {without_possessive(w.lower()) for w in WRITTEN_WORD.findall(" ".join(hit.text for hit in sources) + " " + file_names)}
-    named = {without_possessive(w.lower()) for run in NAME_RUN.findall(question) for w in run.split()}
+    named = {without_possessive(w.lower()) for run in NAME_RUN.findall(question.query) for w in run.split()}
     return {n for n in named if n.isalpha() and len(n) > 2} - held
 
 
 @rules.switch("row_column", stand_in=False)
-def in_unnamed_column(claim: str, passage: str, question: str) -> bool:
+def in_unnamed_column(claim: str, passage: str, question: str | ParsedQuestion = "") -> bool:
     """Rule: a row's figure backs a sentence only under a column the sentence (or its question) names.
     Does ``claim`` state a figure of the row ``passage`` only from a column it does not name? Columns are
     the row's heads ("2019: 16,525"); named by the claim, else by the question; naming none, any will do.
@@ -875,18 +841,20 @@ def in_unnamed_column(claim: str, passage: str, question: str) -> bool:
 
     in_unnamed_column("Assets were 16,525 in 2018.", "Assets · 2019: 16,525 · 2018: 15,134", "") -> True
     """
+    question = as_read(question)
     if "\n" in passage:
         return unnamed_column_in_rows(claim, passage, question)
     return _in_unnamed_column_of_row(claim, passage, question)
 
 
-def unnamed_column_in_rows(claim: str, passage: str, question: str) -> bool:
+def unnamed_column_in_rows(claim: str, passage: str, question: str | ParsedQuestion = "") -> bool:
     """Does ``claim`` state a figure that ``passage`` prints only in table rows, each time under a column
     the claim (or its question) does not name? A table the text extractor writes one cell per line under a
     run of year heads is read into rows with those heads, as the evidence lines read it (``pages.page_lines``).
 
     unnamed_column_in_rows("Assets were 15,134 in 2019.", "2019\n2018\nAssets\n16,525\n15,134", "") -> True
     """
+    question = as_read(question)
     rows, outside = _passage_rows(passage)
     for figure in numbers_in(claim) - years_in(claim):
         holding = [row for row in rows if figure in numbers_in(" ".join(value for _, value in row_cells(row)))]
@@ -908,15 +876,14 @@ def _passage_rows(passage: str) -> tuple[tuple[str, ...], frozenset[str]]:
     return tuple(row.text for row in rows), frozenset(numbers_in(" ".join(outside)))
 
 
-def _in_unnamed_column_of_row(claim: str, passage: str, question: str) -> bool:
+def _in_unnamed_column_of_row(claim: str, passage: str, question: ParsedQuestion) -> bool:
     """``in_unnamed_column`` for one row line."""
     cells = row_cells(passage)
     if len(cells) < 2:
         return False
     named = [value for head, value in cells if cells_module.names_column(head, cells_module.words_of(claim), years_in(claim))]
     if not named:
-        asked = question_cell_words(question)
-        named = [value for head, value in cells if cells_module.names_column(head, asked, years_in(question))]
+        named = [value for head, value in cells if cells_module.names_column(head, question.cell_words, question.years_written)]
     if not named:
         return False
     in_named = {n for value in named for n in numbers_in(value)}
@@ -925,37 +892,36 @@ def _in_unnamed_column_of_row(claim: str, passage: str, question: str) -> bool:
 
 
 @rules.switch("row_named", stand_in=frozenset())
-def rows_named_less(claim: str, question: str, sources: list[Hit]) -> frozenset[int]:
+def rows_named_less(claim: str, question: str | ParsedQuestion, sources: list[Hit]) -> frozenset[int]:
     """Rule: a figure is backed by the row the sentence names, not by a row whose label it names less of.
     The indices of the row ``sources`` (evidence lines with a ``label``) whose label the sentence names
     while it names another row's longer label ("total current assets" names "Total assets" too). A
     sentence naming no row is read with its question's words."""
+    question = as_read(question)
     if not numbers_in(claim) - years_in(claim):
         return frozenset()
     labels = {i: cells_module.words_of(hit.trace.get("label", "")) for i, hit in enumerate(sources) if hit.trace.get("kind") == "row"}
     said = cells_module.words_of(claim)
     named = {i: len(words) for i, words in labels.items() if words and words <= said}
     if not named:
-        said = said | question_cell_words(question)
+        said = said | question.cell_words
         named = {i: len(words) for i, words in labels.items() if words and words <= said}
     most = max(named.values(), default=0)
     return frozenset(i for i, size in named.items() if size < most)
 
 
-def support_scores(sentence: str, sources: list[Hit], question: str = "", unknown: set[str] = frozenset()) -> list[float]:
+def support_scores(sentence: str, sources: list[Hit], question: str | ParsedQuestion = "", unknown: set[str] = frozenset()) -> list[float]:
     """How well each source supports a sentence: its word overlap divided by SUPPORT_MIN_OVERLAP, so >= 1
     means supported (1 for a restated question with its answer beside what was asked); 0 when the sentence
     has a detail the source cannot back (``unbacked_detail``): similar wording is no support for a figure
     the passage lacks.
     A sentence with a word of ``unknown`` (the question's ``strangers``) is backed by none."""
+    question = as_read(question)
     claim = strip_markers(sentence)
     words = set(tokenize(claim))
     if unknown & {without_possessive(w.lower()) for w in WRITTEN_WORD.findall(claim)}:
         return [0.0] * len(sources)
-    # the question's subject ("Ulta Beauty", "FY2023"): its tokens that its plain lower-case words do not make
-    names = question_names(question)
-    plain = " ".join(w for w in WRITTEN_WORD.findall(question) if without_possessive(w.lower()) not in names)
-    subject = (question_words(question) - set(tokenize(plain.lower()))) | years_in(question)
+    subject = question.subject_words  # the question's subject ("Ulta Beauty", "FY2023"): the tokens of its names, its years
     scores = []
     less_named = rows_named_less(claim, question, sources)
     for i, hit in enumerate(sources):
@@ -973,8 +939,10 @@ def support_scores(sentence: str, sources: list[Hit], question: str = "", unknow
     return scores
 
 
-def verify_answer(answer: str, sources: list[Hit], question: str = "") -> list[CheckedSentence]:
-    """Check every sentence of ``answer`` to ``question`` against the numbered ``sources`` ([1] is sources[0])."""
+def verify_answer(answer: str, sources: list[Hit], question: str | ParsedQuestion = "") -> list[CheckedSentence]:
+    """Check every sentence of ``answer`` to ``question`` against the numbered ``sources`` ([1] is sources[0]).
+    ``question``: as qa.py read it (question.parse_question: the query, its instructions apart), or a text read whole."""
+    question = as_read(question)
     sentences = split_sentences(answer)
     if not sentences or not sources:
         return [CheckedSentence(s, [], None) for s in sentences]

@@ -67,8 +67,10 @@ def line_ranking(question: str, lines: list[Line]) -> np.ndarray | None:
     return None
 
 
-def answer_in_code(question: str, pages: list[Page]) -> tuple[str, list[Hit]] | None:
-    """(answer text, the pages it cites) from the first domain that can work it out, or None."""
+def answer_in_code(question: object, pages: list[Page]) -> tuple[str, list[Hit]] | None:
+    """(answer text, the pages it cites) from the first domain that can work it out, or None. ``question`` is the
+    answer path's question.ParsedQuestion (what is asked in its query, the answer's form in its instructions),
+    not named here: question.py reads the domains through this door, so this door imports no question."""
     return next((worked for domain in active() if (worked := domain.answer_in_code(question, pages))), None)
 
 

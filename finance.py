@@ -56,7 +56,8 @@ import calc
 import cells
 import rules
 from pages import row_label, unit_above
-from text_utils import FIGURE_CELL, FY, MONTHS, YEAR, YEAR_WORDED, is_period_cell, year_of_line, years_named
+from question import ParsedQuestion, as_read
+from text_utils import FIGURE_CELL, FY, MONTHS, YEAR, YEAR_TOKEN, YEAR_WORDED, is_period_cell, year_of_line, years_named
 
 if TYPE_CHECKING:
     from pages import Page
@@ -419,9 +420,10 @@ def year_columns(text: str) -> list[str]:
     return years if len(years) >= 2 else []
 
 
-def measure_asked(question: str) -> tuple[str, str] | None:
+def measure_asked(question: str, form: str = "") -> tuple[str, str] | None:
     """The measure a question asks for and its expression over line items: a textbook measure by its name,
-    else a ratio or a growth rate the question spells out in line items.
+    else a ratio or a growth rate the question spells out in line items. ``form``: the instructions beside the
+    question, which may say a growth is asked in percent ("Answer in units of percents."); they name no measure.
 
     measure_asked("What is cash_ratio in FY2021 for Nike?") -> ("cash ratio", "cash / current_liabilities");
     measure_asked("What is total debt to EBITDA?") -> None (a ratio the measure is only part of)
@@ -431,7 +433,7 @@ def measure_asked(question: str) -> tuple[str, str] | None:
         match = pattern.search(text)
         if match and not _part_of_a_ratio(text, match):
             return match.group(0), expression
-    return ratio_spelled_out(text) or growth_asked(text)
+    return ratio_spelled_out(text) or growth_asked(text, form)
 
 
 def items_named(text: str) -> list[tuple[str, re.Match]]:
@@ -486,8 +488,9 @@ rules.register("growth_rate", "a growth rate asked of one line item, in percent,
 
 
 @rules.switch("growth_rate", stand_in=None)
-def growth_asked(text: str) -> tuple[str, str] | None:
+def growth_asked(text: str, form: str = "") -> tuple[str, str] | None:
     """Rule: a growth rate asked of one line item, in percent, is this period's figure over the one before, less one.
+    The percent may be asked in the question or in the instructions beside it (``form``).
 
     growth_asked("By what percent did net sales grow year over year in FY2022?") -> ("net sales growth",
     "(revenues - revenues@prior) / revenues@prior")
@@ -495,7 +498,8 @@ def growth_asked(text: str) -> tuple[str, str] | None:
     named = items_named(text)
     years = years_named(text)
     consecutive = len(years) == 2 and abs(int(years[0]) - int(years[1])) == 1
-    if len(named) != 1 or not _GROWTH.search(text) or not _ASKS_PERCENT.search(text) or not (_YEAR_ON_YEAR.search(text) or consecutive):
+    in_percent = _ASKS_PERCENT.search(text) or _ASKS_PERCENT.search(form)
+    if len(named) != 1 or not _GROWTH.search(text) or not in_percent or not (_YEAR_ON_YEAR.search(text) or consecutive):
         return None
     item, match = named[0]
     return f"{match.group(0)} growth", f"({item} - {item}@prior) / {item}@prior"
@@ -586,26 +590,29 @@ rules.register("measure_worked_out", "a textbook measure is worked out in code f
 
 
 @rules.switch("measure_worked_out", stand_in=None)
-def work_out(question: str, pages: list[str]) -> tuple[str, list[int]] | None:
+def work_out(question: str | ParsedQuestion, pages: list[str]) -> tuple[str, list[int]] | None:
     """Rule: a textbook measure is worked out in code from the statement's own lines, each figure cited.
     The answer to a measure question worked out from the statement pages, and which pages it cites.
 
     ``pages`` are whole page texts in retrieval order. Returns the answer text, whose markers [1], [2], …
     number the cited pages in the order of the returned indexes, or None when any figure is missing.
-    A rate (a margin, a return, a tax rate) or a ratio asked in percent is given in percent.
+    A rate (a margin, a return, a tax rate) or a ratio asked in percent is given in percent. The measure,
+    its years and its period are read from the question asked (``query``); the answer's form (percent, decimal
+    places) from the whole text, its instructions included ("Round your answer to two decimal places.").
     """
-    asked = measure_asked(question)
+    question = as_read(question)
+    asked = measure_asked(question.query, question.form)
     if asked is None:
         return None
     name, expression = asked
-    years = years_named(question)  # "FY2021", "fiscal 2021" -> "2021"
+    years = question.years  # "FY2021", "fiscal 2021" -> "2021"
     # a measure over two periods (an average, a growth) is the later one's; another asks one period
-    if _ASKS_BEYOND_VALUE.search(question) or (len(years) > 1 and "@prior" not in expression):
+    if _ASKS_BEYOND_VALUE.search(question.query) or (len(years) > 1 and "@prior" not in expression):
         return None
     year = max(years, default=None)
     figures: dict[str, Figure] = {}
     for token in set(_ITEM_NAME.findall(expression)):
-        figure = find_figure(token.split("@")[0], token.endswith("@prior"), pages, year, question)
+        figure = find_figure(token.split("@")[0], token.endswith("@prior"), pages, year, question.query)
         if figure is None:
             return None
         figures[token] = figure
@@ -617,8 +624,8 @@ def work_out(question: str, pages: list[str]) -> tuple[str, list[int]] | None:
     marker = {source: number for number, source in enumerate(cited, start=1)}
     in_order = sorted(figures.values(), key=lambda f: (f.source, f.item, f.year))
     lines = [f.cited(marker[f.source]) for f in in_order]
-    in_percent = "/" in expression and (bool(PERCENT_MEASURES.search(name)) or bool(_ASKS_PERCENT.search(question)))
-    result = calc.format_result(value * 100, arithmetic, question) + "%" if in_percent else calc.format_result(value, arithmetic, question)
+    in_percent = "/" in expression and (bool(PERCENT_MEASURES.search(name)) or bool(_ASKS_PERCENT.search(question.text)))
+    result = calc.format_result(value * 100, arithmetic, question.text) + "%" if in_percent else calc.format_result(value, arithmetic, question.text)
     return "\n".join([*lines, f"{calc.WORKED_OUT_LABEL} {name} = {arithmetic} = {result}"]), cited
 
 
@@ -652,37 +659,40 @@ rules.register("line_item_read", "a question asking the value of one line item i
 
 
 @rules.switch("line_item_read", stand_in=None)
-def item_asked(question: str, document: str = "") -> str | None:
+def item_asked(question: str | ParsedQuestion, document: str = "") -> str | None:
     """Rule: a question asking the value of one line item in one period, each of its words the item's name,
     a word asking for a value, the year or the company's name, is answered by that item's statement row.
-    The item (a key of ITEMS), or None. ``question``'s first line is read (the next one says the answer's form);
+    The item (a key of ITEMS), or None. The question asked is read (``query``: its instructions say the answer's form);
     ``document`` is the file's name, where the company's name stands ("3M_2018_10K.pdf").
 
     item_asked("What is the FY2018 capital expenditure amount for 3M?", "3M_2018_10K.pdf") -> "capex";
     item_asked("Which of JPM's segments had the highest net income?", "JPM.pdf") -> None ("segments", "highest")
     """
-    query = question.split("\n")[0]
-    if not cells.is_lookup(query) or _ASKS_BEYOND_VALUE.search(query) or measure_asked(query) or len(years_named(query)) > 1:
+    question = as_read(question)
+    query = question.query
+    if not cells.is_lookup(query) or _ASKS_BEYOND_VALUE.search(query) or measure_asked(query, question.form) or len(question.years) > 1:
         return None
     named = items_named(query)
     if len({name for name, _ in named}) != 1:
         return None
-    unaccounted = cells.words_of(YEAR_WORDED.sub(" ", query)) - (cells.LOOKUP_WORDS if rules.on("lookup_words") else frozenset()) - cells.FORM_WORDS
+    # its words as cells are named ("FY2019": "fy" is a form word, "2019" a year)
+    unaccounted = ({word for word in question.cell_words if not YEAR_TOKEN.match(word)}
+                   - (cells.LOOKUP_WORDS if rules.on("lookup_words") else frozenset()) - cells.FORM_WORDS)
     for _, match in named:
         unaccounted -= cells.words_of(match.group(0))
     company = re.sub(r"[^a-z0-9]", "", document.lower())
     return named[0][0] if all(word in company for word in unaccounted) else None
 
 
-def item_from_statements(question: str, pages: list[str], document: str = "") -> tuple[str, list[int]] | None:
+def item_from_statements(question: str | ParsedQuestion, pages: list[str], document: str = "") -> tuple[str, list[int]] | None:
     """The answer to a question asking one line item's value (``item_asked``), read off the first statement page
     that prints it in the column of the year asked (else the latest), with the table's unit; None when no page does.
 
     Returns the answer text, the marker [1] citing the page, and the page's index in ``pages``.
     """
-    query = question.split("\n")[0]  # the answer's form, on the next line, names no year of the item
-    item, years = item_asked(query, document), years_named(query)
-    figure = find_figure(item, False, pages, years[0] if years else None, question) if item else None
+    question = as_read(question)
+    item, years = item_asked(question, document), question.years
+    figure = find_figure(item, False, pages, years[0] if years else None, question.query) if item else None
     if figure is None:
         return None
     text = pages[figure.source]
@@ -690,9 +700,9 @@ def item_from_statements(question: str, pages: list[str], document: str = "") ->
     return f"{figure.cited(1, unit)}.", [figure.source]
 
 
-def measure_from_statements(question: str, pages: list[Page]) -> tuple[str, list[Hit]] | None:
+def measure_from_statements(question: ParsedQuestion, pages: list[Page]) -> tuple[str, list[Hit]] | None:
     """A financial measure, or one line item asked alone, read off the statement pages among the ``pages``
-    (best first), and the pages it cites.
+    (best first), and the pages it cites; ``question`` as the answer path read it.
 
     Only the top page's document is read: one measure comes from one company's statements.
     """
@@ -700,7 +710,7 @@ def measure_from_statements(question: str, pages: list[Page]) -> tuple[str, list
         return None
     document = [page for page in pages if page.hit.collection == pages[0].hit.collection]
     texts = [page.text for page in document]
-    if not (worked := work_out(question, texts) if measure_asked(question) else item_from_statements(question, texts, document[0].hit.doc_name)):
+    if not (worked := work_out(question, texts) if measure_asked(question.query, question.form) else item_from_statements(question, texts, document[0].hit.doc_name)):
         return None
     text, cited = worked
     return text, [replace(document[i].hit, start=0, end=len(document[i].text), text=document[i].text) for i in cited]

@@ -336,8 +336,9 @@ class AnswerStream:
         self.result = self._finish("".join(text))
 
 
-def checked(answer: Answer, text: str, question: str, t0: float) -> None:
-    """Fill ``answer`` with the model's ``text`` checked sentence by sentence against its sources."""
+def checked(answer: Answer, text: str, question: str | ParsedQuestion, t0: float) -> None:
+    """Fill ``answer`` with the model's ``text`` checked sentence by sentence against its sources; ``question`` as read
+    (the answer path's ParsedQuestion: the checker reads the question asked, not the instructions beside it)."""
     answer.text = text.strip()
     # a refusal states nothing a line could back: checked, the nearest-lines sentence would read as unbacked (⚠ on /v1)
     answer.sentences = [] if is_refusal(answer.text) else verify_answer(answer.text, answer.sources, question)
@@ -499,7 +500,7 @@ def table_cell(turn: Turn) -> AnswerStream | None:
         return None
     names = {collection: turn.retriever.profile(collection).names for collection in {line.collection for line in turn.answer.evidence}}
     row_labels = [line.label for page in turn.pages for line in page.lines if line.kind == "row"]
-    if not (cell := cells.named_cell(turn.parsed.query, turn.answer.evidence, names, row_labels)):
+    if not (cell := cells.named_cell(turn.parsed, turn.answer.evidence, names, row_labels)):
         return None
     turn.answer.sources = turn.answer.evidence
     log.info("Read in code: a table cell on p.%d, no model call", cell.line.page)  # the page's words stay out of the log
@@ -508,7 +509,7 @@ def table_cell(turn: Turn) -> AnswerStream | None:
 
 def domain_measure(turn: Turn) -> AnswerStream | None:
     """A measure a domain knows how to work out from the pages' own lines (domains.answer_in_code)."""
-    if turn.given is not None or not (worked := domains.answer_in_code(turn.asked, turn.pages)):
+    if turn.given is not None or not (worked := domains.answer_in_code(turn.parsed, turn.pages)):
         return None
     text, turn.answer.sources = worked
     log.info("Worked out from pages %s, no model call", [h.page for h in turn.answer.sources])
@@ -558,7 +559,7 @@ def checked_by(turn: Turn) -> Callable[[str], Answer]:
 
     def finish(text: str) -> Answer:
         turn.stage("Checking the citations…")
-        checked(turn.answer, text, turn.question, turn.t0)
+        checked(turn.answer, text, turn.parsed, turn.t0)
         turn.answer.refused = is_refusal(turn.answer.text)
         log.info("Answered in %.1fs, confidence %s", turn.answer.seconds, turn.answer.confidence)
         return turn.answer

@@ -7,6 +7,10 @@
                                                                     (handed to the answer prompt)
       -> hints         []                                           (page hints, see below)
       -> years         ["2021"]
+      -> readings      its tokens (tokenised once, per language), keywords, words as a table's cells name them,
+                       names, years and months written, subject figures and lookup keys: each made once, on
+                       first use, from the query; the search, the evidence lines, the cell reader (cells.py),
+                       a domain's measures (domains.py) and the citation checker (checker.py) all read these
 
 People wrap questions in instructions about the answer's form (units, a persona,
 "relying on the details shown in the cash flow statement", "if ... then state
@@ -26,11 +30,16 @@ misread can only search too much, never lose the question.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 import domains
 import rules
-from text_utils import acronym_tokens, sentence_spans, tokenize, years_named
+from text_utils import (CODE, ORDINAL, REFERENCE, WRITTEN_WORD, acronym_tokens, cell_words, months_in, names_in, numbers_in, sentence_spans,
+                        tokenize, without_possessive, years_in, years_named)
+
+T = TypeVar("T")
 
 # A lead-in "...question:" ends at its colon.
 _LEAD_IN = re.compile(r"^(?P<lead>[^:?]*\b(?:question|answer|analyst|respond)\b[^:?]*):\s*(?P<rest>.+)$", re.IGNORECASE | re.DOTALL)
@@ -67,34 +76,119 @@ class ParsedQuestion:
     hints: list[str] = field(default_factory=list)  # marks of the pages it points at (domains.py: "balance sheet")
     _read: dict = field(default_factory=dict, repr=False, compare=False)  # the query's readings, made once each
 
+    def _once(self, key: object, read: Callable[[], T]) -> T:
+        """The reading under ``key``, made by ``read`` the first time it is asked for."""
+        if key not in self._read:
+            self._read[key] = read()
+        return self._read[key]
+
     def tokens(self, language: str | None = "en") -> list[str]:
-        """The query's words as a page in ``language`` is indexed (text_utils.tokenize), tokenised once per language."""
-        if ("tokens", language) not in self._read:
-            self._read["tokens", language] = tokenize(self.query, language)
-        return self._read["tokens", language]
+        """The query's words as a page in ``language`` is indexed (text_utils.tokenize): the one tokenising of the
+        question, once per language; every reading of its words below is made from these."""
+        return self._once(("tokens", language), lambda: tokenize(self.query, language))
 
     def keywords(self, language: str | None = "en") -> list[str]:
         """The query's keyword tokens in ``language`` (text_utils.keyword_tokens: its words, then its acronyms),
         from ``tokens``: what the keyword search and the evidence lines rank by."""
-        if ("keywords", language) not in self._read:
-            self._read["keywords", language] = self.tokens(language) + acronym_tokens(self.query, language)
-        return self._read["keywords", language]
+        return self._once(("keywords", language), lambda: self.tokens(language) + acronym_tokens(self.query, language))
+
+    @property
+    def form(self) -> str:
+        """The instructions beside the query as one text: what they say of the answer's form ("in USD millions",
+        "in units of percents", "round to one decimal place"); no reading of what is asked."""
+        return " ".join(self.instructions)
+
+    @property
+    def words(self) -> frozenset[str]:
+        """The query's tokens (English) as a set: what an answer restating the question repeats."""
+        return self._once("words", lambda: frozenset(self.tokens()))
+
+    @property
+    def cell_words(self) -> frozenset[str]:
+        """The query's words as a table's cells are named by them (text_utils.cell_words): "assets" names "Asset"."""
+        return self._once("cell_words", lambda: frozenset(cell_words(self.tokens())))
 
     @property
     def years(self) -> list[str]:
-        """The years the query names (its instructions left out), read once."""
-        if "years" not in self._read:
-            self._read["years"] = years_named(self.query)
-        return self._read["years"]
+        """The years the query names however it words them ("FY19", "fiscal 2019": text_utils.years_named), read once."""
+        return self._once("years", lambda: years_named(self.query))
+
+    @property
+    def years_written(self) -> frozenset[str]:
+        """The years standing in the query as written, not inside larger numbers (text_utils.years_in)."""
+        return self._once("years_written", lambda: frozenset(years_in(self.query)))
+
+    @property
+    def months(self) -> frozenset[str]:
+        """The months the query names (text_utils.months_in): months({"from June to Sept."}) -> {"jun", "sep"}."""
+        return self._once("months", lambda: frozenset(months_in(self.query)))
+
+    @property
+    def numbers(self) -> frozenset[str]:
+        """The numbers the query writes, without thousands separators (text_utils.numbers_in): "error 288" -> "288"."""
+        return self._once("numbers", lambda: frozenset(numbers_in(self.query)))
+
+    @property
+    def names(self) -> frozenset[str]:
+        """The words the query writes as names (text_utils.names_in: capitalised, or letters with digits; its first
+        word, capitalised anyway, left out)."""
+        return self._once("names", lambda: frozenset(names_in(self.query)))
+
+    @property
+    def written_words(self) -> frozenset[str]:
+        """Every word of the query as written (text_utils.WRITTEN_WORD), lower-cased, with and without a possessive 's:
+        what an answer may repeat of it without a page saying it."""
+        return self._once("written_words", lambda: frozenset(
+            form for word in WRITTEN_WORD.findall(self.query.lower()) for form in (word, without_possessive(word))))
+
+    @property
+    def name_tokens(self) -> frozenset[str]:
+        """The tokens of the words the query writes as names ("Ulta Beauty's FY2023" -> "ulta", "beauty", "s", "fy",
+        "2023"): its names are tokenised here, a few words, not the query."""
+        return self._once("name_tokens", lambda: frozenset(tokenize(
+            " ".join(word for word in WRITTEN_WORD.findall(self.query) if without_possessive(word.lower()) in self.names))))
+
+    @property
+    def subject_words(self) -> frozenset[str]:
+        """The question's subject as tokens: those of its names and the years it writes."""
+        return self._once("subject_words", lambda: self.name_tokens | self.years_written)
+
+    @property
+    def subject_figures(self) -> frozenset[str]:
+        """The query's figures that name its subject, not a fact: years ("FY2023"), references ("page 14",
+        "Table 2") and digits inside names ("Q3", "GPT-4o"); a position ("the 2nd objective") is none.
+
+        parse_question("What does error 288 on page 89 mean in FY2021 Q3?").subject_figures -> {"89", "2021", "3"}
+        """
+        def read() -> frozenset[str]:
+            named = [name for name in self.names_with_first if any(c.isalpha() for c in name) and not ORDINAL.fullmatch(name)]
+            inside_names = {n for name in named for n in numbers_in(name)}
+            return self.years_written | set(REFERENCE.findall(self.query)) | inside_names
+        return self._once("subject_figures", read)
+
+    @property
+    def names_with_first(self) -> frozenset[str]:
+        """``names`` with the query's first word read too ("Q3 sales?" names "q3")."""
+        return self._once("names_with_first", lambda: frozenset(names_in(" " + self.query)))
+
+    @property
+    def keys(self) -> frozenset[str]:
+        """What the query looks a row up by: codes ("AR01", "Q3") and whole numbers that are neither years nor
+        page or table references ("error numbers 88 and 188"), lower-cased.
+
+        parse_question("What is the market name for EPS Code AR01 on page 9?").keys -> {"ar01"}
+        """
+        return self._once("keys", lambda: frozenset({w for w in self.names_with_first if CODE.match(w)}
+                                                    | {n for n in self.numbers - self.subject_figures if n.isdigit()}))
 
     @property
     def answer_kind(self) -> str:
         """"quantity", "date" or "" (neither): what kind of answer the query asks for, read once (rule answer_kind)."""
-        if "kind" not in self._read:
+        def read() -> str:
             asks_quantity = _ASKS_QUANTITY.search(self.query) or domains.asks_calculation(self.query) or domains.names_a_figure(self.query)
-            self._read["kind"] = "" if not rules.on("answer_kind") or _ASKS_REASON.search(self.query) else (
+            return "" if not rules.on("answer_kind") or _ASKS_REASON.search(self.query) else (
                 "date" if _ASKS_DATE.search(self.query) else "quantity" if asks_quantity else "")
-        return self._read["kind"]
+        return self._once("kind", read)
 
     def searching(self, query: str) -> ParsedQuestion:
         """This question searched as ``query`` (its acronyms spelled out by the library, routing.py): itself when

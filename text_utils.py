@@ -15,10 +15,12 @@ stopwords and Snowball stemmers (pure Python, loaded on first use of a language)
                                    ("Paketen" -> "pak"; "apt-get", "ext4" as written),
                                    Chinese/Japanese/Korean/Thai runs cut into character
                                    pairs ("設定ファイル" -> "設定", "定フ", "ファ", ...)
+         -> cell_words(tokens)     the tokens as a table's cells are named by them: "assets" -> "asset"
          -> keyword_tokens(text, language="en")
                                    + "^pss" for each name's initials and word in capitals
          -> WORD / WRITTEN_WORD / LETTER_RUN
                                    "GPT-4o's" -> "GPT", "4o", "s" / "GPT-4o's" / "GPT", "o", "s"
+         -> names_in()             "Sales of GPT-4o rose in Berlin's" -> {"gpt-4o", "berlin"} (currencies name nothing)
          -> names_with_initials()  "Pew Research Center" -> ("prc", ...)
          -> without_possessive()   "Costco's" -> "Costco"
          -> numbers_in()           "3,200" -> "3200"
@@ -190,6 +192,26 @@ def acronyms_written(text: str) -> set[str]:
     return {m.lower() for m in ACRONYM.findall(text)}
 
 
+# Currencies and units are capitalised without naming anything a passage must repeat ("Rs. 1,907.30").
+_UNIT_WORDS = frozenset("rs inr usd us eur gbp jpy cny rmb chf aud cad sgd hkd mn bn "
+                        "rupee rupees dollar dollars euro euros pound pounds yen yuan".split())
+
+
+def names_in(text: str) -> set[str]:
+    """Words that name something (capitalised, or letters mixed with digits), lower-cased, possessive 's dropped;
+    the first word is skipped, being capitalised anyway. names_in("Sales of GPT-4o rose in Berlin's") -> {"gpt-4o", "berlin"}"""
+    words = WRITTEN_WORD.findall(text)[1:]
+    names = {without_possessive(w.lower()) for w in words
+             if any(c.isupper() for c in w) or (any(c.isdigit() for c in w) and any(c.isalpha() for c in w))}
+    return names - _UNIT_WORDS
+
+
+# A reference to a part of a document: "page 14", "Table 2", "Fig. 3" (its number)
+REFERENCE = re.compile(r"\b(?:pages?|pp?\.|slides?|figures?|fig\.|tables?|sections?|chapters?|appendix|steps?)\s*(\d+)", re.I)
+ORDINAL = re.compile(r"\d+(?:st|nd|rd|th)")  # "the 2nd objective": a position, not a name
+CODE = re.compile(r"^[a-z]{1,5}-?\d{1,4}$")  # a key a row is looked up by: "ar01", "q3", "gpt-4", "p-10"; not "2nd", "75k"
+
+
 # -----------------------------------------------------------------------------
 # Words: what keyword search and word overlap are made of
 
@@ -226,6 +248,15 @@ def tokenize(text: str, language: str | None = "en") -> list[str]:
     else:
         words = _words_in(text, language)
     return words + [f"{_KIND.get(kind.lower(), kind.lower())}_{num.lower()}" for kind, num in _NUMBERED_THING.findall(text)]
+
+
+def cell_words(tokens: list[str]) -> set[str]:
+    """``tokens`` (``tokenize``'s) as a table's cells are named by them: a plural's "s" dropped, so "assets" names
+    "Asset", and a lone "s" left out: a possessive's ("ACME's" is "acme", "s"), or an initial's ("U.S.", "Ram S. Tarneja").
+
+    cell_words(tokenize("ACME's total assets")) -> {"acme", "total", "asset"}
+    """
+    return {without_s(word) for word in tokens if word != "s"}
 
 
 # Scripts cut into overlapping character pairs: Thai, Lao, Myanmar, Khmer, Hangul, kana, Han.

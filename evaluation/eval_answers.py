@@ -75,6 +75,7 @@ import qa
 import reading
 import rules
 from evaluation.bench import add_model_flags, as_choice, choice_of, model_choices
+from question import parse_question
 from records import Hit
 from retriever import Retriever
 
@@ -219,7 +220,7 @@ def citation_pairs(rows: list[dict]) -> list[dict]:
     pairs = []
     for row in rows:
         hits = rows_hits(row)
-        for sentence in checker.verify_answer(row["answer"], hits, row["question"]):
+        for sentence in checker.verify_answer(row["answer"], hits, parse_question(row["question"])):
             for c in sentence.citations:
                 pairs.append({"model": row["model"], "question": row["question"], "sentence": checker.strip_markers(sentence.text),
                               "page": c.page, **line_of(hits[c.number - 1]), "inferred": c.inferred, "verified": c.verified,
@@ -233,7 +234,7 @@ def judging_pairs(rows: list[dict]) -> list[dict]:
     pairs = []
     for row in rows:
         hits = rows_hits(row)
-        for sentence in checker.verify_answer(row["answer"], hits, row["question"]):
+        for sentence in checker.verify_answer(row["answer"], hits, parse_question(row["question"])):
             if sentence.supported is None:  # nothing to check (a refusal, a heading)
                 continue
             shown = {c.number: c for c in sentence.citations}
@@ -251,7 +252,7 @@ def tick_recall(rows: list[dict], labels: dict[str, bool]) -> dict:
     backed = ticked = 0
     for row in rows:
         hits = rows_hits(row)
-        for sentence in checker.verify_answer(row["answer"], hits, row["question"]):
+        for sentence in checker.verify_answer(row["answer"], hits, parse_question(row["question"])):
             text = checker.strip_markers(sentence.text)
             good = {n for n, h in enumerate(hits, 1)
                     if labels.get(pair_key({"question": row["question"], "sentence": text, "page": h.page, **line_of(h)}))}

@@ -11,6 +11,7 @@ import evidence
 import ingest
 import models
 import qa
+from question import parse_question
 from records import Hit
 from conftest import release_pdf
 from retriever import Retriever
@@ -135,7 +136,8 @@ def test_rule_a_date_names_the_column_of_its_year_and_month():
     assert cells.named_cell("What was cash at December 31, 2019?", dated).value == "7"
     assert cells.named_cell("What was cash as of June 30, 2019?", dated).value == "5"
     assert cells.named_cell("What was cash in 2019?", dated) is None  # two columns of that year
-    assert cells.read_asked("What was cash at Dec. 31, 2019?").months == {"dec"}
+    asked = cells.read_asked(parse_question("What was cash at Dec. 31, 2019?"))
+    assert asked.months == {"dec"} and asked.words == {"cash", "2019"} and asked.years == {"2019"}  # the day and month name no cell
 
 
 def test_rule_a_row_named_by_some_of_its_words_only_when_no_other_row_holds_them():

@@ -35,6 +35,7 @@ import checker
 import ingest
 import qa
 import safe_text
+from question import as_read
 from conftest import shown
 import text_utils
 from records import Hit
@@ -242,7 +243,7 @@ def _check_text_helpers(text: str) -> None:
     assert all(isinstance(name, str) for name in checker.names_in(text))
     assert all(re.fullmatch(r"(?:19|20)\d\d", y) for y in text_utils.years_in(text))
     assert all(re.fullmatch(r"(?:19|20)\d\d-\d\d", span) for span in text_utils.one_year_spans(text))
-    assert all(isinstance(figure, str) for figure in checker.subject_figures(text) | checker.question_keys(text))
+    assert all(isinstance(figure, str) for figure in checker.subject_figures(text) | as_read(text).keys)
     assert all(isinstance(unit, str) for unit in checker.passage_units(text))
     assert all(isinstance(unit, str) for unit in checker.table_units([l for l in lines if text_utils.is_table_row(l)]))
     assert all(isinstance(label, str) for label, _, _ in checker.labelled_values(lines))
@@ -435,7 +436,7 @@ def _calls(text: str) -> dict:
         "checker.strip_markers": lambda: checker.strip_markers(text),
         "checker.names_in": lambda: checker.names_in(text),
         "checker.subject_figures": lambda: checker.subject_figures(text),
-        "checker.question_keys": lambda: checker.question_keys(text),
+        "ParsedQuestion.keys": lambda: as_read(text).keys,
         "checker.passage_units": lambda: checker.passage_units(text),
         "checker.labelled_values": lambda: checker.labelled_values(lines),
         "checker.row_keys": lambda: checker.row_keys(lines),

@@ -55,31 +55,50 @@ def test_a_question_is_tokenised_once_per_language_and_searching_again_reads_not
     assert "expenditure" in spelled.keywords() and "expenditure" not in parsed.keywords()
 
 
-def test_the_search_and_the_evidence_lines_tokenise_the_question_once(store, embedder, three_page_pdf):
-    """From the question read to the evidence lines, every step (the keyword leg, the page routing, the lines'
-    ranking) takes the ParsedQuestion, so its text is tokenised once, not once per step."""
+def test_the_readings_of_a_question_are_made_from_its_query_once():
+    parsed = parse_question("What was ACME's FY2019 total assets figure for error 288 on page 9? Answer in USD millions.")
+    assert parsed.cell_words == {"acme", "fy", "2019", "total", "asset", "figure", "error", "288", "page", "9"}  # no possessive "s"
+    assert parsed.names == {"acme", "fy2019"} and parsed.subject_figures == {"2019", "9"} and parsed.keys == {"fy2019", "288"}
+    assert parsed.subject_words == {"acme", "s", "fy", "2019"} and parsed.form == "Answer in USD millions."
+    assert "usd" not in parsed.words and parsed.names is parsed.names  # the instructions are no words of what is asked
+
+
+def test_the_answer_path_tokenises_the_question_once(store, embedder, three_page_pdf):
+    """One question asked (qa.ask): the search, the evidence lines, the cell reader, a domain's measures and the
+    citation checker all take the ParsedQuestion, so the question is tokenised once, by ParsedQuestion.tokens, and
+    its instructions are not searched or checked as words of what is asked."""
     import sys
 
-    import evidence
+    from langchain_core.language_models.fake_chat_models import FakeListChatModel
+
     import ingest
+    import qa
     from retriever import Retriever
 
     ingest.ingest_pdf(three_page_pdf, store, embedder)
     retriever = Retriever(store, embedder)
-    parsed = parse_question("How many tonnes of fish were landed in 1911?")
-    tokenised = []
+    question = "How many tonnes of fish were landed in 1911? Answer in whole tonnes."
+    query = parse_question(question).query
+    tokenised, entered = [], set()
 
     def watch(frame, event, arg):
-        if event == "call" and frame.f_code.co_name == "tokenize" and frame.f_locals.get("text") == parsed.query:
-            tokenised.append(frame.f_back.f_code.co_name)
+        if event != "call":
+            return
+        entered.add(frame.f_code.co_name)
+        text = frame.f_locals.get("text") if frame.f_code.co_name == "tokenize" else None
+        if isinstance(text, str) and ("fish were landed" in text or "whole tonnes" in text):  # the question, or a piece of it
+            tokenised.append(frame.f_back.f_code.co_qualname.split(".<locals>")[0])
 
+    llm = FakeListChatModel(responses=["In 1911 the catch reached 3,200 tonnes [L1]."])
     sys.setprofile(watch)
     try:
-        lines = evidence.best_lines(parsed, retriever.load_pages(retriever.search(parsed)), retriever)
+        answer = qa.answer_question(question, retriever, llm=llm, reads="lines")
     finally:
         sys.setprofile(None)
-    assert "3,200 tonnes" in lines[0].text
-    assert tokenised == ["tokens"]  # once, by ParsedQuestion.tokens
+    assert "3,200 tonnes" in answer.evidence[0].text and answer.sentences[0].supported
+    assert {"search", "best_lines", "named_cell", "answer_in_code", "verify_answer"} <= entered  # every reader was on the path
+    assert query == "How many tonnes of fish were landed in 1911?"
+    assert tokenised == ["ParsedQuestion.tokens"]  # once, by ParsedQuestion.tokens
 
 
 def test_rule_a_question_asks_a_quantity_a_date_or_neither():
