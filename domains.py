@@ -58,8 +58,9 @@ def pages_needed(text: str) -> list[str]:
     return [mark for domain in active() for mark in domain.pages_needed(text)]
 
 
-def line_ranking(question: str, lines: list[Line]) -> np.ndarray | None:
-    """The first active domain's marks over ``lines`` (a bool per line), or None."""
+def line_ranking(question: object, lines: list[Line]) -> np.ndarray | None:
+    """The first active domain's marks over ``lines`` (a bool per line), or None. ``question``: the answer path's
+    question.ParsedQuestion, as for ``answer_in_code``."""
     for domain in active():
         marked = domain.line_ranking(question, lines)
         if marked.any():

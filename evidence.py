@@ -133,7 +133,7 @@ def best_lines(question: str | ParsedQuestion, pages: list[Page], retriever: Ret
         return []
     texts = [hit.text for hit, *_ in candidates]
     collections = [hit.collection for hit, *_ in candidates]
-    marked = domains.line_ranking(parsed.text, [line for _, line, *_ in candidates])
+    marked = domains.line_ranking(parsed, [line for _, line, *_ in candidates])
     asked_on = holds_telling_word(parsed, texts, collections, retriever) | (marked if marked is not None else False)
     tabled = {rank for _, line, rank, _ in candidates if line.kind == "row"}
     shown_pages = page_order([rank for _, _, rank, _ in candidates], asked_on, tabled)[: len(quotas)]

@@ -505,13 +505,14 @@ def growth_asked(text: str, form: str = "") -> tuple[str, str] | None:
     return f"{match.group(0)} growth", f"({item} - {item}@prior) / {item}@prior"
 
 
-def measure_items(question: str) -> list[re.Pattern]:
-    """The labels of the line items the textbook measure a question asks for is computed from, or [].
+def measure_items(question: str, form: str = "") -> list[re.Pattern]:
+    """The labels of the line items the textbook measure a question asks for is computed from, or [] (``form``: its
+    instructions, as ``measure_asked`` reads them).
 
     measure_items("Is Verizon's quick ratio healthy?") -> the patterns of cash, short-term investments,
     receivables and total current liabilities
     """
-    asked = measure_asked(question)
+    asked = measure_asked(question, form)
     names = dict.fromkeys(token.split("@")[0] for token in _ITEM_NAME.findall(asked[1])) if asked else {}
     return [pattern for name in names for pattern in _ITEMS[name]]
 
@@ -638,16 +639,18 @@ rules.register("measure_rows", "a measure's evidence is the statement rows it is
                pays_on='docs/experiments/2026-11-26-a-fresh-set-of-analyst-questions.md: second fresh set (held out), 6 won / 0 lost, evidence@3 0.543 -> 0.609 in the filing')
 
 
-def measure_rows(question: str, lines: list[Line]) -> np.ndarray:
+def measure_rows(question: object, lines: list[Line]) -> np.ndarray:
     """Rule: a measure's evidence is the statement rows it is computed from ("quick ratio": cash, receivables,
     current liabilities), whatever words the question shares with them.
-    For each line, whether it is a row labelled with one of those line items.
+    For each line, whether it is a row labelled with one of those line items. ``question`` is the answer path's
+    question.ParsedQuestion (the measure in its query, a growth's percent in its instructions).
 
-    measure_rows("What is the current ratio?", [row "Assets · Total current assets · 2021: 26,291", sentence]) -> [True, False]
+    measure_rows(parse_question("What is the current ratio?"), [row "Assets · Total current assets · 2021: 26,291", sentence])
+      -> [True, False]
     """
     if not rules.on("measure_rows"):
         return np.zeros(len(lines), dtype=bool)
-    items = measure_items(question)
+    items = measure_items(question.query, question.form)
     return np.array([line.kind == "row" and any(item.fullmatch(line.label) for item in items) for line in lines], dtype=bool)
 
 

@@ -73,7 +73,7 @@ def test_one_switch_turns_the_finance_domain_off(monkeypatch):
     monkeypatch.setattr(config, "DOMAINS", "")
     assert parse_question(question).hints == [] and domains.page_marks(BALANCE_SHEET) == []
     assert domains.prompt_notes(question) == [] and not calc.asks_calculation("What is the inventory turnover?")
-    assert domains.line_ranking(question, page_lines(BALANCE_SHEET)) is None and domains.answer_in_code(question, []) is None
+    assert domains.line_ranking(parse_question(question), page_lines(BALANCE_SHEET)) is None and domains.answer_in_code(question, []) is None
     profile = routing.document_profile("a.pdf", ["ACME Form 10-K for the fiscal year ended May 31, 2021"])
     assert profile.own_year == "" and profile.doc_type == "" and profile.wording == "plain"
     assert "Formula" not in reading.build_messages(question, [], [])[-1].content

@@ -13,6 +13,7 @@ import ingest
 import rules
 from conftest import release_pdf, write_text_pdf
 from pages import Page, page_lines, row_label, unit_above
+from question import parse_question
 from retriever import Retriever
 
 ROWS = [
@@ -154,8 +155,8 @@ def test_a_measure_shows_the_rows_it_is_computed_from(store, embedder, tmp_path)
     assert sorted(on_the_statement) == ["Net sales", "Operating income"]
     lines = page_lines("Revenues\n2023\n2022\nNet sales\n51,877\n48,412\nGross profit\n12,976\n12,268\nNet sales rose.")
     assert [line.kind for line in lines] == ["heading", "row", "row", "sentence"]
-    assert finance.measure_rows(question, lines).tolist() == [False, True, False, False]  # a row, not a sentence naming it
-    assert not finance.measure_rows("Who chairs the board?", lines).any()
+    assert finance.measure_rows(parse_question(question), lines).tolist() == [False, True, False, False]  # a row, not a sentence naming it
+    assert not finance.measure_rows(parse_question("Who chairs the board?"), lines).any()
 
 
 def press_release_pdf(path: Path) -> Path:

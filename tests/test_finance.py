@@ -181,8 +181,8 @@ def test_rule_a_measures_evidence_is_the_rows_it_is_computed_from():
     lines = page_lines("Revenues\n2023\n2022\nNet sales\n51,877\n48,412\nGross profit\n12,976\n12,268\n"
                        "Operating income\n4,357\n4,122\nOperating income rose.")
     # operating margin is operating income over net sales: those rows, though the question names no "sales"
-    assert finance.measure_rows("What was the operating margin in 2023?", lines).tolist() == [False, True, False, True, False]
-    assert not finance.measure_rows("Who chairs the board?", lines).any()
+    assert finance.measure_rows(parse_question("What was the operating margin in 2023?"), lines).tolist() == [False, True, False, True, False]
+    assert not finance.measure_rows(parse_question("Who chairs the board?"), lines).any()
 
 
 def test_a_financial_measure_names_the_statements_it_is_computed_from():
