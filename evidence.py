@@ -210,12 +210,18 @@ def holds_telling_word(query: ParsedQuestion, texts: list[str], collections: lis
     question gives the document: retriever.own_names_asked)."""
     holds = np.zeros(len(texts), dtype=bool)
     for collection in dict.fromkeys(collections):
-        words = retriever.query_tokens(query, [collection])
-        telling = set(words) - retriever.words_on_most_pages(collection, words, config.EVIDENCE_COMMON_SHARE) - retriever.own_names_asked(collection, query)
+        telling = telling_words(query, collection, retriever)
         language = retriever.language(collection)
         for i in (i for i, c in enumerate(collections) if c == collection):
             holds[i] = bool(telling & set(keyword_tokens(texts[i], language)))
     return holds
+
+
+def telling_words(query: ParsedQuestion, collection: str, retriever: Retriever) -> set[str]:
+    """The keyword tokens of ``query`` that tell the pages of ``collection`` apart: not printed on most of its pages,
+    and no name the question gives the document (retriever.own_names_asked)."""
+    words = retriever.query_tokens(query, [collection])
+    return set(words) - retriever.words_on_most_pages(collection, words, config.EVIDENCE_COMMON_SHARE) - retriever.own_names_asked(collection, query)
 
 
 rules.register("prose_pages_after", "a prose page none of whose lines holds a word of the question telling pages apart shows its "
