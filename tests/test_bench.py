@@ -21,6 +21,18 @@ def test_bench_times_question_to_evidence_lines(store, embedder, three_page_pdf,
     assert 0 < row["search_p50_ms"] < row["evidence_p50_ms"] <= row["evidence_p90_ms"]
 
 
+def test_bench_times_the_questions_about_a_built_stores_documents(store, embedder, three_page_pdf, tmp_path, monkeypatch):
+    ingest.ingest_pdf(three_page_pdf, store, embedder)
+    monkeypatch.setattr(embedders, "get_embeddings", lambda: embedder)
+    questions = tmp_path / "q.jsonl"
+    questions.write_text("\n".join(json.dumps(q) for q in [
+        {"question": "Who kept the lighthouse?", "doc": three_page_pdf.name}, {"question": "What is the tax rate?", "doc": "other.pdf"},
+        {"question": "When did the railway come?", "doc": three_page_pdf.name}]))
+    row = bench.time_evidence_on_store(tmp_path / "chroma_store", questions, docs=three_page_pdf.stem)
+    assert row["questions"] == 2 and row["pages"] == 3  # the question about a document not stored is left out
+    assert 0 < row["search_p50_ms"] < row["evidence_p50_ms"]
+
+
 def test_bench_times_each_leg_of_a_search(store, embedder, three_page_pdf, monkeypatch):
     monkeypatch.setattr(embedders, "get_embeddings", lambda: embedder)
     ingest.ingest_pdf(three_page_pdf, store, embedder)
