@@ -39,7 +39,7 @@ import config
 import domains
 import rerankers
 import rules
-from pages import HEADING_MAX_CHARS, Page, page_text, unit_above
+from pages import HEADING_MAX_CHARS, LONGEST_LINE, Page, page_text, unit_above
 from question import ParsedQuestion, parse_question
 from records import Hit, Line
 from retriever import Retriever, rrf
@@ -194,13 +194,24 @@ def readable_lines(lines: list[Line]) -> list[Line]:
             continue
         titles_a_table = line is not None and line.kind == "row"  # the rows below carry their table's title
         if len(run) >= 2 and not titles_a_table and rules.on("short_lines_read_as_one"):
-            out.append(Line(run[0].start, run[-1].end, "block", " · ".join(short.text for short in run)))
+            out += [Line(part[0].start, part[-1].end, "block", " · ".join(short.text for short in part)) for part in _parts(run)]
         else:
             out += [short for short in run if short.kind != "heading"]
         run = []
         if line is not None:
             out.append(line)
     return out
+
+
+def _parts(run: list[Line]) -> list[list[Line]]:
+    """A run of short lines cut into parts of at most LONGEST_LINE characters, as a run-on sentence is cut (a table
+    of contents is one long run of short lines, and one line of all of it would tell nothing apart)."""
+    parts: list[list[Line]] = [[]]
+    for short in run:
+        if parts[-1] and sum(len(s.text) + 3 for s in parts[-1]) + len(short.text) > LONGEST_LINE:
+            parts.append([])
+        parts[-1].append(short)
+    return parts
 
 
 def holds_telling_word(query: ParsedQuestion, texts: list[str], collections: list[str], retriever: Retriever) -> np.ndarray:

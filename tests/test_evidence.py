@@ -258,3 +258,7 @@ def test_rule_a_run_of_short_lines_is_read_as_one_line():
     assert all(line.kind != "heading" for line in evidence.readable_lines(cover))
     with rules.off({"short_lines_read_as_one"}):
         assert [line.kind for line in evidence.readable_lines(cover)] == ["sentence", "sentence", "row"]  # "Produced by:" alone
+    contents = page_lines("\n".join(f"Chapter {i} of the guide" for i in range(1, 41)))  # 40 short lines, 880 characters
+    blocks = evidence.readable_lines(contents)
+    assert len(blocks) == 3 and all(line.kind == "block" and len(line.text) <= 400 for line in blocks)
+    assert blocks[0].text.startswith("Chapter 1 of the guide · Chapter 2") and blocks[-1].text.endswith("Chapter 40 of the guide")
