@@ -107,8 +107,6 @@ rules.register("lookup_key_row", 'a lookup ("error 88", "code AR01") is answered
 # what a line read as a table row must hold (the model reads evidence lines, qa.py)
 rules.register("row_column", "a row's figure backs a sentence only under a column the sentence (or its question) names",
                _TEST + "test_rule_a_rows_figure_backs_only_under_the_column_named", forbids=True)
-rules.register("row_named", "a figure is backed by the row the sentence names, not by a row whose label it names less of",
-               _TEST + "test_rule_a_figure_is_backed_by_the_row_the_sentence_names", forbids=True)
 rules.register("denial", 'a denial needs a passage that denies: the page\'s words in a sentence that says "not" are no support '
                '(a yes/no answer\'s leading "No" is its verdict, not a denial)', _TEST + "test_rule_a_denial_needs_a_passage_that_denies",
                forbids=True,
@@ -968,24 +966,6 @@ def _in_unnamed_column_of_row(claim: str, passage: str, question: str) -> bool:
     return any(figure in in_row and figure not in in_named for figure in numbers_in(claim) - years_in(claim))
 
 
-@rules.switch("row_named", stand_in=frozenset())
-def rows_named_less(claim: str, question: str, sources: list[Hit]) -> frozenset[int]:
-    """Rule: a figure is backed by the row the sentence names, not by a row whose label it names less of.
-    The indices of the row ``sources`` (evidence lines with a ``label``) whose label the sentence names
-    while it names another row's longer label ("total current assets" names "Total assets" too). A
-    sentence naming no row is read with its question's words."""
-    if not numbers_in(claim) - years_in(claim):
-        return frozenset()
-    labels = {i: cells_module.words_of(hit.trace.get("label", "")) for i, hit in enumerate(sources) if hit.trace.get("kind") == "row"}
-    said = cells_module.words_of(claim)
-    named = {i: len(words) for i, words in labels.items() if words and words <= said}
-    if not named:
-        said = said | question_cell_words(question)
-        named = {i: len(words) for i, words in labels.items() if words and words <= said}
-    most = max(named.values(), default=0)
-    return frozenset(i for i, size in named.items() if size < most)
-
-
 def support_scores(sentence: str, sources: list[Hit], question: str = "", unknown: set[str] = frozenset()) -> list[float]:
     """How well each source supports a sentence: its word overlap divided by SUPPORT_MIN_OVERLAP, so >= 1
     means supported (1 for a restated question with its answer beside what was asked); 0 when the sentence
@@ -1001,9 +981,8 @@ def support_scores(sentence: str, sources: list[Hit], question: str = "", unknow
     plain = " ".join(w for w in WRITTEN_WORD.findall(question) if without_possessive(w.lower()) not in names)
     subject = (question_words(question) - set(tokenize(plain.lower()))) | years_in(question)
     scores = []
-    less_named = rows_named_less(claim, question, sources)
-    for i, hit in enumerate(sources):
-        if i in less_named or unbacked_detail(claim, hit.text, question) or in_unnamed_column(claim, hit.text, question):
+    for hit in sources:
+        if unbacked_detail(claim, hit.text, question) or in_unnamed_column(claim, hit.text, question):
             scores.append(0.0)
             continue
         passage_words = set(tokenize(hit.text))
