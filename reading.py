@@ -165,14 +165,12 @@ def marked_text(hit: Hit) -> str:
 def format_lines(lines: list[Hit]) -> str:
     """The evidence lines as the model reads them, numbered [L1].. in the order shown, each document's name
     once above its lines; everything from the documents fenced (``fence_text``)."""
-    blocks, document, read = [], None, {line.text for line in lines}
+    blocks, document = [], None
     for number, line in enumerate(lines, 1):
         if line.doc_name != document:
             document = line.doc_name
             blocks.append(prompts.LINES_DOCUMENT.format(doc_name=fence_text(document)))
-        before = line.trace.get("before", "")
-        template = prompts.LINE_AFTER if before and before not in read else prompts.LINE
-        blocks.append(template.format(number=number, page=line.page, before=fence_text(before), text=fence_text(line.text)))
+        blocks.append(prompts.LINE.format(number=number, page=line.page, text=fence_text(line.text)))
     return "\n".join(blocks)
 
 
