@@ -184,7 +184,10 @@ def holds_telling_word(query: ParsedQuestion, texts: list[str], collections: lis
 
 rules.register("prose_pages_after", "a prose page none of whose lines holds a word of the question telling pages apart shows its "
                "lines after the other pages; a page with a table row keeps its place in search order",
-               "tests/test_evidence.py::test_a_page_of_table_rows_keeps_its_place_though_no_line_holds_a_word_asked")
+               "tests/test_evidence.py::test_a_page_of_table_rows_keeps_its_place_though_no_line_holds_a_word_asked",
+               pays_on="docs/experiments/2026-11-27-release-lines.md: the 9-page release of its tests, the figure on page 3 shown"
+                       " first (switched off, the CEO's page-1 sentences lead: two tests fail); no verdict moves on the 203 bench"
+                       " questions")
 
 
 def page_order(line_pages: list[int], asked_on: np.ndarray, tabled: set[int]) -> list[int]:

@@ -146,7 +146,10 @@ def names_a_figure(question: str) -> bool:
 
 
 rules.register("measure_computed", "a financial measure is computed, not read",
-               _TEST + "test_rule_a_financial_measure_is_computed_not_read")
+               _TEST + "test_rule_a_financial_measure_is_computed_not_read",
+               pays_on="docs/experiments/2026-11-28-rules-that-pay.md: no set measured shows it pays: switched off, no answer "
+                       "read in code changes on fresh3, fresh4, fresh_mm, fresh4_mm (held out) or on the FinanceBench 88 "
+                       "questions run; its removal is left open there")
 
 
 @rules.switch("measure_computed", stand_in=False)
@@ -536,7 +539,10 @@ _NAMES_LONGER_PERIOD = re.compile(r"\b(?:six|nine) months\b|\bfirst half\b|\byea
 
 rules.register("quarter_column", "a year that heads two columns (a quarter's and the half-year's) names the first only when the "
                "question asks a quarter", _TEST + "test_a_year_heading_a_quarter_and_a_half_year_names_the_quarter_only_when_the_question_asks_one",
-               forbids=True)
+               forbids=True,
+               pays_on="docs/experiments/2026-11-28-rules-that-pay.md: no set measured shows it pays: switched off, no answer "
+                       "read in code changes on fresh3, fresh4, fresh_mm, fresh4_mm (held out) or on the FinanceBench 88 "
+                       "questions run; its removal is left open there")
 
 
 def year_column(years: list[str], year: str, question: str) -> int | None:

@@ -86,7 +86,9 @@ _PERSONAL_DATA = {
 
 # The answer path's rules (rules.py): each switchable by name, the lab's to switch off
 rules.register("greeting", "a greeting is no question: it is answered without a search",
-               "tests/test_qa.py::test_a_greeting_is_told_apart_from_a_question_that_starts_like_one")
+               "tests/test_qa.py::test_a_greeting_is_told_apart_from_a_question_that_starts_like_one",
+               pays_on="docs/experiments/2026-11-28-rules-that-pay.md: a behaviour: \"Hello!\" answered in 0.00 s without a search;"
+                       " switched off, the 32 filings are searched and the question handed to the model")
 rules.register("follow_up_stands_alone", "a follow-up that leans on earlier turns is searched as a standalone question",
                "tests/test_qa.py::test_only_a_follow_up_in_a_conversation_needs_a_rewrite",
                pays_on="docs/experiments/2026-11-23-right-answers-shown-honestly.md: follow-ups, a behaviour: a question that "
@@ -100,7 +102,10 @@ rules.register("runaway_stopped", "a reply that repeats itself is stopped", "tes
                pays_on="docs/experiments/2026-11-28-rules-that-pay.md: 3 of the 1,152 stored answers (dev23, dev257, dev41) end "
                        "in a loop it stops; docs/experiments/2026-11-28-instructions-obeyed.md: 2 of 12 replies stopped")
 rules.register("nothing_close", "when nothing found is close to the question, say so without asking the model",
-               "tests/test_qa.py::test_a_question_with_nothing_relevant_is_refused_without_calling_the_llm")
+               "tests/test_qa.py::test_a_question_with_nothing_relevant_is_refused_without_calling_the_llm",
+               pays_on="docs/experiments/2026-11-28-rules-that-pay.md: a behaviour: an empty search is answered without the "
+                       "model; its similarity floor (0.15) fired on none measured: 0 of 10 off-topic questions, 0 of 60 "
+                       "fresh3/fresh4 questions")
 
 
 @rules.switch("greeting", stand_in=False)

@@ -156,8 +156,10 @@ def test_a_rule_switched_off_by_name_fails_its_own_test(name, request):
     assert rules.on(name)  # switched back on after the block
 
 
-def test_where_a_rule_was_shown_to_pay_names_a_record_that_exists():
+def test_every_rule_names_the_record_where_it_was_shown_to_pay():
+    """A rule no judged set shows to pay goes (issue 57): each names the docs/experiments record, and the set and
+    figure, where it paid ("docs/experiments/<record>.md: <set>, <figure before -> after>")."""
     for name, rule in rules.REGISTRY.items():
-        if rule.pays_on:
-            record = rule.pays_on.split(":")[0]
-            assert record.startswith(("docs/experiments/", "evaluation/")) and (ROOT / record).is_file(), (name, record)
+        record, _, figure = rule.pays_on.partition(": ")
+        assert record.startswith("docs/experiments/") and (ROOT / record).is_file(), (name, rule.pays_on)
+        assert figure.strip(), (name, rule.pays_on)
