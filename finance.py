@@ -532,33 +532,15 @@ def _part_of_a_ratio(text: str, match: re.Match) -> bool:
     return bool(_JOINED_BEFORE.search(text[: match.start()]) or _JOINED_AFTER.match(text[match.end() :]))
 
 
-# A quarter's columns: a 10-Q heads "Three Months Ended" and "Six Months Ended" with the same two years.
-_NAMES_QUARTER = re.compile(r"\bq[1-4]\b|\b(?:first|second|third|fourth) quarter\b|\bthree months\b", re.IGNORECASE)
-_NAMES_LONGER_PERIOD = re.compile(r"\b(?:six|nine) months\b|\bfirst half\b|\byear[- ]to[- ]date\b|\bytd\b", re.IGNORECASE)
+def year_column(years: list[str], year: str) -> int | None:
+    """The column the year heads (the first where it heads two), or None.
 
-
-rules.register("quarter_column", "a year that heads two columns (a quarter's and the half-year's) names the first only when the "
-               "question asks a quarter", _TEST + "test_a_year_heading_a_quarter_and_a_half_year_names_the_quarter_only_when_the_question_asks_one",
-               forbids=True,
-               pays_on="docs/experiments/2026-11-28-rules-that-pay.md: no set measured shows it pays: switched off, no answer "
-                       "read in code changes on fresh3, fresh4, fresh_mm, fresh4_mm (held out) or on the FinanceBench 88 "
-                       "questions run; its removal is left open there")
-
-
-def year_column(years: list[str], year: str, question: str) -> int | None:
-    """Rule: a year that heads two columns (a quarter's and the half-year's) names the first only when the question
-    asks a quarter. The column the year heads, or None.
-
-    year_column(["2022", "2021", "2022", "2021"], "2022", "NII in Q2 2022?") -> 0; (…, "NII in the first half of 2022?") -> None
+    year_column(["2022", "2021"], "2021") -> 1; year_column(["2022", "2021"], "2019") -> None
     """
-    if year not in years:
-        return None
-    if rules.on("quarter_column") and years.count(year) > 1 and (_NAMES_LONGER_PERIOD.search(question) or not _NAMES_QUARTER.search(question)):
-        return None
-    return years.index(year)
+    return years.index(year) if year in years else None
 
 
-def find_figure(item: str, prior: bool, pages: list[str], year: str | None, question: str = "") -> Figure | None:
+def find_figure(item: str, prior: bool, pages: list[str], year: str | None) -> Figure | None:
     """The first statement page (in retrieval order) whose columns carry the year and which prints the item;
     ``prior``: the column of the year before. Without a year, the page's latest."""
     for source, text in enumerate(pages):
@@ -568,7 +550,7 @@ def find_figure(item: str, prior: bool, pages: list[str], year: str | None, ques
         wanted_year = year or max(years, default=None)
         if wanted_year is None:
             continue
-        column = year_column(years, str(int(wanted_year) - 1) if prior else wanted_year, question)
+        column = year_column(years, str(int(wanted_year) - 1) if prior else wanted_year)
         if column is None:
             continue
         items = line_items(text)
@@ -611,7 +593,7 @@ def work_out(question: str, pages: list[str]) -> tuple[str, list[int]] | None:
     year = max(years, default=None)
     figures: dict[str, Figure] = {}
     for token in set(_ITEM_NAME.findall(expression)):
-        figure = find_figure(token.split("@")[0], token.endswith("@prior"), pages, year, question)
+        figure = find_figure(token.split("@")[0], token.endswith("@prior"), pages, year)
         if figure is None:
             return None
         figures[token] = figure
@@ -688,7 +670,7 @@ def item_from_statements(question: str, pages: list[str], document: str = "") ->
     """
     query = question.split("\n")[0]  # the answer's form, on the next line, names no year of the item
     item, years = item_asked(query, document), years_named(query)
-    figure = find_figure(item, False, pages, years[0] if years else None, question) if item else None
+    figure = find_figure(item, False, pages, years[0] if years else None) if item else None
     if figure is None:
         return None
     text = pages[figure.source]

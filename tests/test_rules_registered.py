@@ -106,7 +106,7 @@ def test_the_rule_lines_are_found_and_read_to_the_end_of_their_sentence():
         "an abbreviation's period ends no sentence (\"Rs. 1,039 million\", \"Fig. 3\")")
     principles = {principle for _, _, principle in RULE_LINES}
     # a docstring's sentence over two lines, and one that ends with its docstring paragraph
-    assert ("a year that heads two columns (a quarter's and the half-year's) names the first only when the question asks a quarter"
+    assert ("a measure the question joins to another quantity (to, less, plus, per, a margin, a share of) is only a part of what it asks"
             in principles)
     assert "a sentence is backed by a passage that holds most of its words (SUPPORT_MIN_OVERLAP of them)" in principles
 
