@@ -37,11 +37,6 @@ _RULES = [
      "test_rule_words_that_ask_for_a_value_name_no_other_thing", False,
      "docs/experiments/2026-11-28-rules-that-pay.md: FinanceBench 88 (fitted), 3M's FY2018 capex (1,577) read "
      "in code; switched off, left to the model"),
-    ("asks_more", "a question that asks whether, why, or for a value's change or average asks more than one printed cell "
-     '(a printed "ratio" or "share" row is a cell like any other)', "test_rule_a_question_asking_whether_or_for_a_change_asks_more_than_a_cell", True,
-     "docs/experiments/2026-11-28-rules-that-pay.md: no set measured shows it pays: switched off, no answer "
-     "read in code changes on fresh3, fresh4, fresh_mm, fresh4_mm (held out) or on the FinanceBench 88 "
-     "questions run; its removal is left open there"),
     ("lookup_only", "only a question asking for one value as printed is answered by a cell",
      "test_rule_only_a_question_asking_one_printed_value_is_a_lookup", True,
      "docs/experiments/2026-11-28-rules-that-pay.md: no set measured shows it pays: switched off, no answer "
@@ -81,12 +76,6 @@ LOOKUP_WORDS = frozenset("amount amounts value values figure figures number repo
 FORM_WORDS = frozenset("usd us dollar euro eur gbp million billion thousand fy fiscal calendar".split())
 # Rule: a date in the question ("December 31, 2019") names the column of its year, and of its month where the column prints one.
 _DATE_BEFORE_YEAR = re.compile(rf"\b(?P<month>{MONTHS})\.?\s+(?:\d{{1,2}}(?:st|nd|rd|th)?,?\s+)?(?=(?:FY\s?)?\d{{4}}\b)", re.IGNORECASE)
-# Rule: a question that asks whether, why, or for a value's change or average asks more than one printed cell
-# (a printed "ratio" or "share" row is a cell like any other).
-_ASKS_MORE = re.compile(r"^\s*(?:is|are|was|were|did|does|do|has|have|had|can|will|should)\b|"
-                        r"\b(?:change|changed|growth|grow|grew|increase|decrease|rise|rose|fall|fell|decline|differ|difference|"
-                        r"compare|compared|versus|vs|average|trend|why)\b",
-                        re.IGNORECASE)
 
 
 @dataclass
@@ -141,7 +130,7 @@ def is_lookup(question: str) -> bool:
     is_lookup("What were total current assets in 2019?") -> True; is_lookup("How did sales change in 2019?") -> False"""
     if not rules.on("lookup_only"):
         return True
-    return not (rules.on("asks_more") and _ASKS_MORE.search(question)) and not calc.asks_calculation(question)
+    return not calc.asks_calculation(question)
 
 
 @dataclass
