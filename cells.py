@@ -2,9 +2,8 @@
 
     the question ("What were total current assets in 2019?") and the evidence lines (evidence.py), each
     table row read with its heads ("Balance Sheets · Total current assets · 2019: 16,525 · 2018: 15,134")
-      -> a lookup?       a question that asks for something done to a value (a change, a sum, a yes or no)
-                         is not a cell; nor one with a word that neither the row, its column, its table
-                         nor its document accounts for ("... of the Asia segment"). Accounted for: words asking
+      -> a lookup?       a question with a word that neither the row, its column, its table nor its document
+                         accounts for ("... of the Asia segment", "... change ...") is not a cell. Accounted for: words asking
                          for a value, the answer's form ("in thousands", "fiscal"), a date's month and day,
                          and the names the document gives itself (its profile: "Harbor Lane Outfitters'")
       -> the row         the rows whose label's words all stand in the question, the one naming most of them;
@@ -23,7 +22,6 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import calc
 import rules
 from pages import row_cells, unit_above
 from text_utils import MONTHS, POSSESSIVE, YEAR_TOKEN, YEAR_WORDED, months_in, tokenize, without_s, years_in, years_named
@@ -37,11 +35,6 @@ _RULES = [
      "test_rule_words_that_ask_for_a_value_name_no_other_thing", False,
      "docs/experiments/2026-11-28-rules-that-pay.md: FinanceBench 88 (fitted), 3M's FY2018 capex (1,577) read "
      "in code; switched off, left to the model"),
-    ("lookup_only", "only a question asking for one value as printed is answered by a cell",
-     "test_rule_only_a_question_asking_one_printed_value_is_a_lookup", True,
-     "docs/experiments/2026-11-28-rules-that-pay.md: no set measured shows it pays: switched off, no answer "
-     "read in code changes on fresh3, fresh4, fresh_mm, fresh4_mm (held out) or on the FinanceBench 88 "
-     "questions run; its removal is left open there"),
     ("unaccounted_word", "a word of the question that neither the cell nor its table nor its document accounts for asks something else",
      "test_rule_a_word_no_cell_accounts_for_asks_something_else", True,
      "docs/experiments/2026-11-28-rules-that-pay.md: fresh3 (held out), cells read in code right 4 of 4; "
@@ -125,14 +118,6 @@ def names_column(head: str, asked: set[str], years: set[str], months: set[str] =
     return bool(words_of(head)) and words_of(head) <= asked
 
 
-def is_lookup(question: str) -> bool:
-    """Rule: only a question asking for one value as printed is answered by a cell.
-    is_lookup("What were total current assets in 2019?") -> True; is_lookup("How did sales change in 2019?") -> False"""
-    if not rules.on("lookup_only"):
-        return True
-    return not calc.asks_calculation(question)
-
-
 @dataclass
 class AskedCell:
     """A question read for the cell it names: its words (dates and years set apart), the years and months
@@ -176,8 +161,6 @@ def named_cell(question: str, lines: list[Hit], names: dict[str, set[str]] | Non
     labels of every row on the pages read, against which a row named by only some of its words must be the
     only one holding them (the evidence lines' own rows when not given).
     """
-    if not is_lookup(question):
-        return None
     asked = read_asked(question)
     rows = [line for line in lines if line.trace.get("kind") == "row" and words_of(line.trace.get("label", ""))]
     labels = [words_of(label) for label in (row_labels if row_labels is not None else [line.trace["label"] for line in rows])]

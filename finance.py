@@ -650,7 +650,7 @@ def item_asked(question: str, document: str = "") -> str | None:
     item_asked("Which of JPM's segments had the highest net income?", "JPM.pdf") -> None ("segments", "highest")
     """
     query = question.split("\n")[0]
-    if not cells.is_lookup(query) or _ASKS_BEYOND_VALUE.search(query) or measure_asked(query) or len(years_named(query)) > 1:
+    if _ASKS_BEYOND_VALUE.search(query) or measure_asked(query) or len(years_named(query)) > 1:
         return None
     named = items_named(query)
     if len({name for name, _ in named}) != 1:

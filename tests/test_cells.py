@@ -47,11 +47,6 @@ def test_rule_words_that_ask_for_a_value_name_no_other_thing():
     assert cell is not None and cell.value == "16,525"  # "amount", "reported", "end" ask for the value: no other thing
 
 
-def test_rule_only_a_question_asking_one_printed_value_is_a_lookup():
-    assert cells.is_lookup("What were total current assets in 2019?")
-    assert not cells.is_lookup("What was ACME's inventory turnover in 2019?")  # a measure is computed, not read
-
-
 def test_rule_a_word_no_cell_accounts_for_asks_something_else():
     assert cells.named_cell("What were ACME's total current assets in 2019?", [TOTAL, CURRENT]) is not None  # "ACME": its document
     assert cells.named_cell("What were total current assets of the Asia segment in 2019?", [TOTAL, CURRENT]) is None
