@@ -147,9 +147,9 @@ def names_a_figure(question: str) -> bool:
 
 rules.register("measure_computed", "a financial measure is computed, not read",
                _TEST + "test_rule_a_financial_measure_is_computed_not_read",
-               pays_on="docs/experiments/2026-11-28-rules-that-pay.md: no set measured shows it pays: switched off, no answer "
-                       "read in code changes on fresh3, fresh4, fresh_mm, fresh4_mm (held out) or on the FinanceBench 88 "
-                       "questions run; its removal is left open there")
+               pays_on="docs/experiments/2026-11-28-rules-that-pay.md: no set measured shows it pays: switched off, neither "
+                       "the evidence nor any answer read in code moves on fresh3, fresh4 (held out) or FinanceBench's 65 "
+                       "stored questions; what it tells the model is not measured; its removal is left open there")
 
 
 @rules.switch("measure_computed", stand_in=False)
