@@ -3,7 +3,7 @@
     python eval_retrieval.py [--questions FILE] [--pdf-dir DIR] [--scope doc|library|type|both|all]
                              [--k 5] [--json OUT] [--report OUT.md] [--store DIR] [--stored-only] [--limit N]
                              [--perturb] [--split all|fit|held-out] [--seed 18]
-                             [--chunk-size CHARS --chunk-overlap CHARS] [--extractor NAME]
+                             [--chunk-size CHARS --chunk-overlap CHARS] [--extractor NAME] [--rules-off NAME,NAME]
 
 Data flow: questions (JSON list or JSONL: question, doc, pages 1-based, optional
 category, answer, evidence quotes) -> ingest each needed PDF once into an evaluation
@@ -59,6 +59,8 @@ Chunking policies (``extract.chunk_page``'s size and overlap) are compared by
 running once per policy with --chunk-size/--chunk-overlap: each policy gets its
 own store beside the default one, since a PDF's collection name is its hash.
 Page-text extractors (setting EXTRACTOR) are compared the same way with --extractor.
+A registered rule (``rules.REGISTRY``) is measured by switching it off by name for the whole run
+(--rules-off NAME[,NAME]: ``rules.off``), against the same command without it.
 Either is an ``ingest.IngestProfile`` handed to the ingest (``ingest_profile``), and the store is the
 client handed in: the settings themselves are never changed.
 """
@@ -81,6 +83,7 @@ import config
 import embedders
 import evidence
 import ingest
+import rules
 from pages import page_text
 from records import Hit
 from retriever import PRODUCT, Retriever, Steps
@@ -716,7 +719,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunk-size", type=int, help="compare a chunking policy (own store per policy)")
     parser.add_argument("--chunk-overlap", type=int)
     parser.add_argument("--extractor", choices=EXTRACTORS, help="compare a page-text extractor (own store per extractor)")
+    parser.add_argument("--rules-off", default="", help="comma-separated registered rules (rules.py) switched off for the whole run")
     args = parser.parse_args(argv)
+    with rules.off(name for name in args.rules_off.split(",") if name):
+        return run(args)
+
+
+def run(args: argparse.Namespace) -> int:
+    """The evaluation the parsed command line asks for (``main``'s body, within its rules switched off)."""
     config.setup_logging(logging.WARNING)
     profile = ingest_profile(args.extractor, args.chunk_size, args.chunk_overlap)
     if args.chunk_size or args.chunk_overlap is not None:

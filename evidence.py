@@ -19,7 +19,7 @@
       -> each page shows its best lines
       -> each line a Hit whose [start, end) is the line's span on its page (for highlighting)
          and whose text is the line as read (heading, row label, column heads, the table's unit);
-         its trace keeps its kind, a row's label and the sentence before a line that points back at it (for the prompt)
+         its trace keeps its kind and a row's label
 
 Retrieval finds the right page most of the time; the small model then often fails to read the line
 that answers from it. Showing the lines themselves, in well under a second, gives the person the answer
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from dataclasses import replace
 
 import numpy as np
@@ -162,8 +161,7 @@ def best_lines(question: str | ParsedQuestion, pages: list[Page], retriever: Ret
             hit.text += f" · {unit}"  # a figure read alone needs its unit
         # the page's search trace stays; the line's own signals join it
         hit.trace = {**hit.trace, "line_keyword": round(float(keyword[i]), 3), "line_meaning": round(float(meaning[i]), 3),
-                     "page_rank": page_rank, "kind": line.kind, "label": line.label,
-                     "before": sentence_before(page, line)}
+                     "page_rank": page_rank, "kind": line.kind, "label": line.label}
         shown.append(hit)
     return shown
 
@@ -237,7 +235,10 @@ def telling_words(query: ParsedQuestion, collection: str, retriever: Retriever) 
 
 rules.register("prose_pages_after", "a prose page none of whose lines holds a word of the question telling pages apart shows its "
                "lines after the other pages; a page with a table row keeps its place in search order",
-               "tests/test_evidence.py::test_a_page_of_table_rows_keeps_its_place_though_no_line_holds_a_word_asked")
+               "tests/test_evidence.py::test_a_page_of_table_rows_keeps_its_place_though_no_line_holds_a_word_asked",
+               pays_on="docs/experiments/2026-11-27-release-lines.md: the 9-page release of its tests, the figure on page 3 shown"
+                       " first (switched off, the CEO's page-1 sentences lead: two tests fail); no verdict moves on the 203 bench"
+                       " questions")
 
 
 def page_order(line_pages: list[int], asked_on: np.ndarray, tabled: set[int]) -> list[int]:
@@ -258,34 +259,6 @@ def page_order(line_pages: list[int], asked_on: np.ndarray, tabled: set[int]) ->
     if not rules.on("prose_pages_after"):
         return ranks
     return [rank for rank in ranks if rank in kept] + [rank for rank in ranks if rank not in kept]
-
-
-# A line opening with one of these points back at the sentence before it ("It rose 5%.", "As a result, ...").
-_REFERS_BACK = re.compile(
-    r"^\W*(?:it|its|this|these|that|those|they|their|them|such|he|she|his|her|both|also|however|moreover|"
-    r"furthermore|in addition|additionally|as a result|accordingly|consequently|therefore|thus|similarly|"
-    r"likewise|in contrast|by contrast|conversely|the same|the former|the latter|the (?:increase|decrease|change|rise|decline))\b",
-    re.IGNORECASE)
-
-
-rules.register("pointing_back", 'a line that opens by pointing back ("It rose 5%.", "As a result, ...", "The increase ...") is read '
-               'with the sentence before it, what "it" is; a line that stands alone is read alone (the model reads every word it '
-               "is given, and a long sentence before cost ~40 tokens of the prompt for nothing)",
-               "tests/test_evidence.py::test_a_sentence_is_read_with_the_one_before_only_when_it_points_back_at_it")
-
-
-@rules.switch("pointing_back", stand_in="")
-def sentence_before(page: Page, line: Line) -> str:
-    """The sentence just before a prose line on its page, when the line points back at it.
-
-    Rule: a line that opens by pointing back ("It rose 5%.", "As a result, ...", "The increase ...") is read
-    with the sentence before it, what "it" is; a line that stands alone is read alone (the model reads every
-    word it is given, and a long sentence before cost ~40 tokens of the prompt for nothing).
-    "" for a row, a heading, a line that stands alone or the page's first sentence."""
-    if line.kind not in ("sentence", "item") or not _REFERS_BACK.match(line.text):
-        return ""
-    before = [other for other in page.lines if other.end <= line.start]
-    return before[-1].text if before and before[-1].kind in ("sentence", "item") else ""
 
 
 def _chosen(ranked: list[int], page_ranks: list[int], quotas: list[int], line_pages: list[int], n: int,

@@ -360,7 +360,9 @@ rules.register("page_text_cap", "a page's text is cut at MAX_PAGE_CHARS before i
                pays_on='docs/experiments/2026-11-27-nothing-wasted-nothing-stalled.md: a 5 MB page, before nothing stored after 572 s, after searchable in 17 s')
 rules.register("long_page_plain", "a page whose text layer is past MAX_PAGE_CHARS is read as plain text, not laid out, because laying "
                "out hundreds of thousands of words costs far more than the part of them that is kept is worth",
-               "tests/test_ingest_limits.py::test_a_page_past_the_limit_is_read_as_plain_text_not_laid_out")
+               "tests/test_ingest_limits.py::test_a_page_past_the_limit_is_read_as_plain_text_not_laid_out",
+               pays_on="docs/experiments/2026-11-28-rules-that-pay.md: one page of 2,000,000 characters, EXTRACTOR=layout, read "
+                       "in 3.1 s; switched off (laid out) 17.2 s, the same 50,000 characters kept")
 
 
 def read_page(page: pymupdf.Page, running: frozenset[str] = frozenset(), extractor: str | None = None) -> Page:

@@ -254,7 +254,9 @@ rules.register("store_write_limit", "no write carries more rows than the store t
                pays_on='docs/experiments/2026-11-27-nothing-wasted-nothing-stalled.md: a 5 MB page, before the store refused the 7,618-row write after 572 s, after stored in batches')
 rules.register("store_refusal_named", "a write the store refuses is a StoreWriteError naming the document, because a person reads it "
                "as the reason an upload failed; only ChromaDB's own errors are turned, so a bug stays a bug",
-               "tests/test_ingest_limits.py::test_only_chromadbs_own_errors_become_a_store_write_error")
+               "tests/test_ingest_limits.py::test_only_chromadbs_own_errors_become_a_store_write_error",
+               pays_on="docs/experiments/2026-11-27-nothing-wasted-nothing-stalled.md: a behaviour: a 5 MB page's write the store"
+                       " refused failed obscurely after 572 s; now a StoreWriteError naming the document and what to do")
 
 
 def store_write_limit(store) -> int:

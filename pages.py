@@ -79,7 +79,10 @@ _LEADER = re.compile(r"(?:\s*\.){3,}\s*")
 
 
 rules.register("leader_dots", "a row's leader dots lead the eye to its figures and say nothing, so its label is read without them",
-               "tests/test_evidence.py::test_a_row_is_read_without_its_leader_dots")
+               "tests/test_evidence.py::test_a_row_is_read_without_its_leader_dots",
+               pays_on="docs/experiments/2026-11-28-rules-that-pay.md: FinanceBench 88 (fitted), Adobe's measure read in code "
+                       "names \"Net cash provided by operating activities\"; switched off, with 57 leader dots; "
+                       "docs/experiments/2026-11-27-fewer-words-to-read.md: prompts")
 
 
 def row_label(cell: str) -> str:
@@ -201,7 +204,9 @@ _UNIT_LEAD_CHARS = 30  # "(U.S. dollars in millions)": words between the bracket
 # registered only: the unit pattern's own lookbehind reads its first word whole; switching it off would need a second pattern
 rules.register("unit_read_whole", 'a unit is read whole, from the word it begins with and the bracket that opens it ("(Dollars in '
                'millions)", never "rs in millions)")', "tests/test_evidence.py::test_a_unit_is_read_whole_from_the_bracket_that_opens_it",
-               switchable=False)
+               switchable=False,
+               pays_on="docs/experiments/2026-11-27-answers-on-fresh-questions.md: a behaviour: \"(Dollars in millions)\" reached "
+                       "the model and the screen as \"rs in millions)\"; read whole since (not switchable)")
 
 
 def unit_above(text: str, start: int) -> str:

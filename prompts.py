@@ -78,11 +78,9 @@ LINES_SYSTEM = (
     "6. Be concise."
 )
 
-# One document's lines: its name once, then each line with its page; a prose line carries the sentence
-# before it when that one is not read too ("It rose 5%." needs what "it" is).
+# One document's lines: its name once, then each line with its page.
 LINES_DOCUMENT = "Document: {doc_name}"
 LINE = "[L{number}] p. {page}: {text}"
-LINE_AFTER = "[L{number}] p. {page} (after \"{before}\"): {text}"
 
 LINES_USER = "<lines>\n{lines}\n</lines>\n\nQuestion: {question}\n{shape}"
 

@@ -32,7 +32,7 @@ class Rule:
     test: str  # the unit test that shows it: "tests/test_checker.py::test_rule_..."
     forbids: bool = False  # it withholds a ✓ (switched off: lets everything through); else it grants one or reads the text
     switchable: bool = True  # False: registered only, its code does not ask whether it is on
-    pays_on: str = ""  # the judged set or docs/experiments record where it was shown to pay; "" where none shows it yet
+    pays_on: str = ""  # where it was shown to pay: "docs/experiments/<record>.md: <set>, <figure before -> after>" (a test asks one of every rule)
 
 
 REGISTRY: dict[str, Rule] = {}

@@ -434,12 +434,6 @@ def test_a_passages_table_backs_a_figure_only_under_the_column_named():
     assert (wrong, right) == (False, True)
 
 
-def test_rule_a_figure_is_backed_by_the_row_the_sentence_names():
-    assert checker.rows_named_less("Total current assets were 45,400.", "", [_CURRENT, _ALL]) == {1}
-    assert checker.rows_named_less("Total assets were 45,400.", "", [_CURRENT, _ALL]) == set()
-    assert checker.rows_named_less("They were 45,400.", "What were total current assets?", [_CURRENT, _ALL]) == {1}
-
-
 def test_a_sentence_with_a_figure_no_cited_line_holds_gets_no_check():
     question = "What were total current assets in 2019?"
     [wrong_column] = checker.verify_answer("Total current assets in 2019 were 15,134 million [L1].", [_CURRENT, _ALL], question)

@@ -12,7 +12,7 @@ import finance
 import ingest
 import rules
 from conftest import release_pdf, write_text_pdf
-from pages import Page, page_lines, row_label, unit_above
+from pages import page_lines, row_label, unit_above
 from question import parse_question
 from retriever import Retriever
 
@@ -64,16 +64,6 @@ def test_a_row_is_read_without_its_leader_dots():
     assert row.label == "Total current liabilities"
     assert row.text.endswith("Total current liabilities · 2015: 2,213,556 · 2014: 2,494,435")
     assert row_label("Net sales . . . . . .") == "Net sales" and row_label("U.S. sales") == "U.S. sales"
-
-
-def test_a_sentence_is_read_with_the_one_before_only_when_it_points_back_at_it():
-    text = ("Revenue grew in every region this year. It rose 5% to $3.2 billion. Our stores opened in Peru. "
-            "The Company employs 12,000 people.")
-    page = Page(hit=None, text=text, chunks=[])
-    lines = {line.text: line for line in page.lines}
-    assert evidence.sentence_before(page, lines["It rose 5% to $3.2 billion."]) == "Revenue grew in every region this year."
-    assert evidence.sentence_before(page, lines["The Company employs 12,000 people."]) == ""
-    assert evidence.sentence_before(page, lines["Revenue grew in every region this year."]) == ""
 
 
 def test_a_unit_is_read_whole_from_the_bracket_that_opens_it():

@@ -102,20 +102,6 @@ def test_a_growth_rate_reads_the_column_of_the_year_before_whichever_way_the_col
     assert finance.measure_asked("How did revenue change in FY2017?") is None  # neither a percent nor the year before asked
 
 
-def test_a_year_heading_a_quarter_and_a_half_year_names_the_quarter_only_when_the_question_asks_one():
-    quarter = statement("CONSOLIDATED STATEMENTS OF INCOME", ["Three months ended June 30,", "2022", "2021", "Six months ended June 30,",
-                                                              "2022", "2021"],
-                        [("Total net revenue", "30,715", "30,479", "61,441", "63,741"),
-                         ("Total noninterest expense", "17,749", "17,667", "36,940", "36,392"),
-                         ("Income tax expense", "1,991", "2,786", "4,214", "6,054"),
-                         ("Income before income tax expense", "10,640", "14,735", "21,240", "34,036")])
-    text, _ = finance.work_out("What was the effective tax rate in Q2 2022?", [quarter])
-    assert text.endswith("= 1,991 / 10,640 = 18.71%")
-    assert finance.work_out("What was the effective tax rate in the first half of 2022?", [quarter]) is None
-    assert finance.work_out("What was the effective tax rate in 2022?", [quarter]) is None  # which 2022 column?
-
-
-
 def test_columns_headed_by_dates_and_a_page_number_above_the_heading_are_read_as_the_text_layer_prints_them():
     dated = "\n".join(["Table of Contents", "Consolidated Statements of Earnings", "$ in millions", "Fiscal Years Ended",
                        "February 2, 2019", "February 3, 2018", "Revenue", "$", "42,879", "$", "42,151",

@@ -106,7 +106,7 @@ def test_the_rule_lines_are_found_and_read_to_the_end_of_their_sentence():
         "an abbreviation's period ends no sentence (\"Rs. 1,039 million\", \"Fig. 3\")")
     principles = {principle for _, _, principle in RULE_LINES}
     # a docstring's sentence over two lines, and one that ends with its docstring paragraph
-    assert ("a year that heads two columns (a quarter's and the half-year's) names the first only when the question asks a quarter"
+    assert ("a measure the question joins to another quantity (to, less, plus, per, a margin, a share of) is only a part of what it asks"
             in principles)
     assert "a sentence is backed by a passage that holds most of its words (SUPPORT_MIN_OVERLAP of them)" in principles
 
@@ -156,8 +156,10 @@ def test_a_rule_switched_off_by_name_fails_its_own_test(name, request):
     assert rules.on(name)  # switched back on after the block
 
 
-def test_where_a_rule_was_shown_to_pay_names_a_record_that_exists():
+def test_every_rule_names_the_record_where_it_was_shown_to_pay():
+    """A rule no judged set shows to pay goes (issue 57): each names the docs/experiments record, and the set and
+    figure, where it paid ("docs/experiments/<record>.md: <set>, <figure before -> after>")."""
     for name, rule in rules.REGISTRY.items():
-        if rule.pays_on:
-            record = rule.pays_on.split(":")[0]
-            assert record.startswith(("docs/experiments/", "evaluation/")) and (ROOT / record).is_file(), (name, record)
+        record, _, figure = rule.pays_on.partition(": ")
+        assert record.startswith("docs/experiments/") and (ROOT / record).is_file(), (name, rule.pays_on)
+        assert figure.strip(), (name, rule.pays_on)
