@@ -68,8 +68,8 @@ def page_quotas(n: int, pages: int) -> list[int]:
 
 def fuse_lines(keyword: np.ndarray, meaning: np.ndarray, marked: np.ndarray | None = None,
                fitting: np.ndarray | None = None) -> np.ndarray:
-    """One score per line: Reciprocal Rank Fusion of its keyword rank and its meaning rank. A line sharing
-    no word with the question still ranks by meaning: a paraphrase is evidence too. ``marked`` says which
+    """One score per line: Reciprocal Rank Fusion of its keyword rank and its meaning rank (read for the lines that
+    share a word with the question, or for all when none does: retriever.meaning_read). ``marked`` says which
     lines a domain points at (``domains.line_ranking``), ``fitting`` which can give the kind of answer asked
     (``gives_kind_asked``): each a further ranking, in keyword order.
 

@@ -12,8 +12,9 @@ from rank_bm25 import BM25Okapi
 import config
 import embedders
 import ingest
+import rules
 from question import parse_question
-from retriever import Retriever, SparseBM25, Steps, page_references, rrf
+from retriever import Retriever, SparseBM25, Steps, meaning_read, page_references, rrf
 from text_utils import tokenize
 
 
@@ -480,3 +481,21 @@ def test_a_documents_own_name_is_no_keyword_within_it_but_still_tells_documents_
     assert bm25_with_name[retriever._page_column[(quill, 4)]] > bm25_with_name[retriever._page_column[(quill, 2)]]  # what the rule undoes
     # with other documents searched, which do not carry the name, it picks the document and stays a keyword
     assert retriever.own_names_everywhere(words, [quill, filings["alder"]]) == set()
+
+
+def test_rule_a_line_is_read_for_its_meaning_only_when_it_holds_a_word_asked(store, embedder, tmp_path):
+    """Embedding each line of the pages shown is most of the time to evidence on pages never read: only the lines
+    holding a word asked are embedded, the others rank last by meaning; with no such line, every line is read."""
+    assert meaning_read(np.array([0.0, 1.2, 0.0, 0.4])).tolist() == [1, 3]
+    assert meaning_read(np.zeros(3)).tolist() == [0, 1, 2]
+    pages = ["The stores opened in spring.", "Research spending was 4.2 million.", "Sales rose.", "The board met."]
+    collection = ingest.ingest_pdf(write_text_pdf(tmp_path / "r.pdf", pages), store, embedder).collection
+    retriever = Retriever(store, embedder)
+    lines = ["Research spending was 4.2 million.", "The stores opened in spring.", "Development outlays rose."]
+    keyword, meaning = retriever.line_scores("How much was spent on research?", lines, [collection] * 3)
+    assert keyword[0] > 0 and keyword[1] == keyword[2] == 0
+    assert meaning[0] > 0 and meaning[1] == meaning[2] == -1.0
+    assert len(retriever._line_vectors) == 1  # the two lines holding no word asked were never embedded
+    with rules.off({"meaning_where_a_word_is_asked"}):
+        _, meaning = retriever.line_scores("How much was spent on research?", lines, [collection] * 3)
+    assert (meaning > -1.0).all() and meaning[2] > meaning[1]  # "Development outlays" is near in meaning
