@@ -1,7 +1,8 @@
 """Find the lines in the best pages that answer the question: the evidence shown before any model speaks.
 
-    the loaded pages (retriever.load_pages, best first), each cut into lines (pages.py); a line
-    printed twice is read once
+    the loaded pages (retriever.load_pages, best first), each cut into lines (pages.py); a heading is
+    no evidence, but a run of short lines standing alone (a cover page) is read as one line (readable_lines);
+    a line printed twice is read once
       -> the order the pages show lines in: search order, except that a prose page none of whose lines
          holds a word of the question telling pages apart shows after the others (page_order)
       -> how many lines each page shows, in that order: half of those still to show (3 -> 2 + 1);
@@ -9,7 +10,8 @@
       -> rankings of the lines of the pages that show some, as for pages (retriever.line_scores, one visit):
            keywords   BM25 over those lines (the question's words, numbers, years; a word printed on
                       most of a document's pages, or a name the question gives the document, left out)
-           meaning    cosine of the question and the line's text, both embedded
+           meaning    cosine of the question and the line's text, both embedded (only the lines holding a word
+                      asked, or all when none does: retriever.meaning_read; the rest rank last)
          and, when a domain marks some of the lines (domains.line_ranking: a measure's rows), a third:
            marked     those lines, in keyword order
          and, when the question asks a quantity or a date (ParsedQuestion.answer_kind), another:

@@ -5,7 +5,8 @@
                                    evidence lines (``lines``), the model's context (``spans``) and a
                                    domain's worked-out answer (``text``)
     page text     -> page_lines()  the lines a person reads as one statement:
-      prose      one sentence (wrapped lines joined; a short line that ends no sentence is a heading)
+      prose      one sentence (wrapped lines joined; a short line that ends no sentence is a heading, unless
+                 the next line carries it on in lower case: prose wrapped in a narrow column, ``carries_on``)
       list item  a line that starts with a bullet or an item number
       table row  a label and the figures printed under it, one cell per line in the text layer
                  ("Purchases of PP&E\\n(1,577)\\n(1,373)"), or a Markdown row; read with its column
