@@ -8,10 +8,11 @@ import numpy as np
 import pymupdf
 
 import evidence
+import extract
 import finance
 import ingest
 import rules
-from conftest import release_pdf, write_text_pdf
+from conftest import bench_file, release_pdf, write_text_pdf
 from pages import page_lines, row_label, unit_above
 from question import parse_question
 from retriever import Retriever
@@ -252,3 +253,18 @@ def test_rule_a_run_of_short_lines_is_read_as_one_line():
     blocks = evidence.readable_lines(contents)
     assert len(blocks) == 3 and all(line.kind == "block" and len(line.text) <= 400 for line in blocks)
     assert blocks[0].text.startswith("Chapter 1 of the guide · Chapter 2") and blocks[-1].text.endswith("Chapter 40 of the guide")
+
+
+def test_real_report_pages_in_columns_and_a_real_cover_page_give_the_lines_that_answer():
+    """On real bench PDFs (a two-column county survey, a health department's cover page) read by the real
+    extractor: the county's size is a sentence, not three headings, and the governor's name is a line with its role."""
+    survey = extract.open_pdf(bench_file("mmlongbench", "pdfs", "698bba535087fa9a7f9009e172a7f763.pdf"))
+    size = [line for line in evidence.readable_lines(page_lines(extract.read_page(survey[10]).text)) if "538 square miles" in line.text]
+    assert [line.kind for line in size] == ["sentence"] and "Hamilton County covers approximately 538 square miles" in size[0].text
+    with rules.off({"wrapped_line_carries_on"}):
+        assert not any("538 square miles" in line.text for line in evidence.readable_lines(page_lines(extract.read_page(survey[10]).text)))
+    plan = extract.open_pdf(bench_file("mmlongbench", "pdfs", "e79deb02a0c0e87511080836c5d4347b.pdf"))
+    cover = evidence.readable_lines(page_lines(extract.read_page(plan[0]).text))
+    assert any("Rick Scott · GOVERNOR" in line.text for line in cover if line.kind == "block")
+    with rules.off({"short_lines_read_as_one"}):
+        assert not any("Rick Scott" in line.text for line in evidence.readable_lines(page_lines(extract.read_page(plan[0]).text)))
