@@ -187,6 +187,32 @@ def name_runs_in_question(question: str) -> list[list[str]]:
     return [[without_possessive(word).rstrip("'’") for word, _ in run] for run in _capitalised_runs(question)]
 
 
+def file_named_runs(question: str, file_words: set[str]) -> list[list[str]]:
+    """The question's runs of capitalised words that name a document as its file name does: a word of the file
+    name ("Costco's" in COSTCO_2021_10K.pdf) or its words written in one ("General Mills'" in GENERALMILLS_2020_10K.pdf).
+
+    file_named_runs("Why did General Mills' interest fall?", {"generalmills"}) -> [["General", "Mills"]]
+    """
+    named = []
+    for run in _capitalised_runs(question):
+        words = [without_possessive(word).rstrip("'’") for word, _ in run]
+        if (joined := _joined_name(run)) and joined in file_words:
+            named.append(words[: _parts_joined(words, joined)])
+        else:
+            named += [[word] for word in words if word.lower() in file_words]
+    return named
+
+
+def _parts_joined(words: list[str], joined: str) -> int:
+    """How many of ``words`` make up ``joined`` written in one: _parts_joined(["Best", "Buy", "FY19"], "bestbuy") -> 2."""
+    text = ""
+    for count, word in enumerate(words, 1):
+        text += word.lower()
+        if text == joined:
+            return count
+    return len(words)
+
+
 def _joined_name(run: list[tuple[str, bool]]) -> str:
     """A name of several words as it is often written in one ("Best Buy" in BESTBUY_2019_10K.pdf): the run's
     words up to the first possessive, before any figure; "" for a one-word name.

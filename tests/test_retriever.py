@@ -15,6 +15,7 @@ import ingest
 import rules
 from question import parse_question
 from retriever import Retriever, SparseBM25, Steps, meaning_read, page_references, rrf
+from routing import file_named_runs
 from text_utils import tokenize
 
 
@@ -481,6 +482,33 @@ def test_a_documents_own_name_is_no_keyword_within_it_but_still_tells_documents_
     assert bm25_with_name[retriever._page_column[(quill, 4)]] > bm25_with_name[retriever._page_column[(quill, 2)]]  # what the rule undoes
     # with other documents searched, which do not carry the name, it picks the document and stays a keyword
     assert retriever.own_names_everywhere(words, [quill, filings["alder"]]) == set()
+
+
+def test_rule_the_name_a_file_gives_its_document_is_no_keyword_within_it(store, embedder, tmp_path):
+    """"General Mills" prints "general" in lower case too, so its first pages do not make it a name; the file name
+    GENERALMILLS_2020_10K.pdf does. Kept as keywords, its words find the auditor's consent that repeats the name."""
+    assert file_named_runs("Why did General Mills' costs fall?", {"generalmills", "fiscal"}) == [["General", "Mills"]]
+    assert file_named_runs("What was Costco's capex in FY2021?", {"costco"}) == [["Costco"]]
+    assert file_named_runs("What did General Electric say?", {"generalmills"}) == []
+    consent = ("Consent of Independent Registered Public Accounting Firm. We consent to the incorporation by reference of our report "
+               "dated at the end of the year on the financial statements of Green River Foods, Inc. in the registration statements "
+               "of Green River Foods, Inc. for the employees' savings plan of Green River Foods, Inc.")
+    pdf = write_text_pdf(tmp_path / "GREENRIVER_2023_10K.pdf", [
+        "Green River Foods, Inc.\nAnnual report on Form 10-K for the fiscal year 2023",
+        "Human capital. At the end of the year we had approximately 3,100 full-time employees in our plants and offices.",
+        "Our green packaging ships by river barge to general stores across the region.",
+        consent,
+    ])
+    collection = ingest.ingest_pdf(pdf, store, embedder).collection
+    ingest.ingest_pdf(write_text_pdf(tmp_path / "manual.pdf", [f"Step {i}. Fold the sheet and press the seam." for i in range(12)]),
+                      store, embedder)
+    retriever = Retriever(store, embedder)
+    question = "How many employees did Green River have at the end of the year?"
+    assert retriever.file_names_asked(collection, question) == {"green", "river"}
+    assert retriever.own_names_asked(collection, question) >= {"green", "river"}  # nor a line
+    assert retriever.keyword(question, [collection])[0][0] == (collection, 2)
+    with rules.off({"file_name_no_keyword"}):
+        assert retriever.keyword(question, [collection])[0][0] == (collection, 4)  # the consent, which only names it
 
 
 def test_rule_a_line_is_read_for_its_meaning_only_when_it_holds_a_word_asked(store, embedder, tmp_path):
