@@ -9,7 +9,8 @@ One question flows like this:
              -> embed (once per way the library's documents write years) -> cosine top-N chunks
                 of the in-scope documents -> pages                                  (semantic leg)
              -> keyword_tokens -> BM25 over every page's title + keywords + text     (keyword leg)
-                (less the searched documents' own names where printed on most of their pages)
+                (English words matched by their stem; less the searched documents' own names where
+                printed on most of their pages, or as their file names give them)
              -> pages the question names outright ("page 14", "cover page")         (page leg)
              -> pages a domain marked with one of the question's hints (domains.py)  (hint leg)
              -> fusion (RRF, with a seat for each leg's best page by default, and for each
@@ -43,7 +44,7 @@ document's chunks, vectors and page tokens, read once per document and dropped
 when the document goes, and re-stacks its matrices whenever the set of complete
 documents (or their page labels) changes, so it never holds a removed document.
 Semantic search is then one exact matrix-vector product, and BM25 scores are
-exactly rank-bm25's BM25Okapi (a test checks it) computed as one sparse matrix
+exactly rank-bm25's BM25Okapi over the same terms (a test checks it) computed as one sparse matrix
 product: a query stays in milliseconds at 100k chunks, where one ChromaDB query
 per document took 580 ms and rank-bm25's Python loop hundreds more.
 """
@@ -66,6 +67,7 @@ import config
 import domains
 import embedders
 import ingest
+import language as languages
 import rules
 from pages import Page, page_text
 from records import Hit
@@ -170,9 +172,10 @@ class SparseBM25:
         k1 = config.BM25_K1 if k1 is None else k1
         b = config.BM25_B if b is None else b
         self.vocab: dict[str, int] = {}
+        self.forms = rules.on("word_forms_match")  # fixed for the index's life: its terms and its queries read alike
         rows, cols, freqs = [], [], []
         for j, tokens in enumerate(corpus):
-            for term, count in Counter(tokens).items():
+            for term, count in Counter(map(self.term, tokens)).items():
                 rows.append(self.vocab.setdefault(term, len(self.vocab)))
                 cols.append(j)
                 freqs.append(count)
@@ -189,9 +192,24 @@ class SparseBM25:
         self.idf = idf
         self.matrix = csr_matrix((weights, (rows, cols)), shape=(len(self.vocab), n_docs))
 
+    rules.register("word_forms_match", "a keyword matches the other forms of its word (inventory, inventories)",
+                   "tests/test_retriever.py::test_rule_a_keyword_matches_the_other_forms_of_its_word",
+                   pays_on="docs/experiments/2026-11-29-word-forms.md: states@3 88 -> 94 of 177 over six sets none was read for it "
+                           "(8 won, 2 lost), page hit@5 151 -> 153")
+
+    def term(self, word: str) -> str:
+        """Rule: a keyword matches the other forms of its word (inventory, inventories).
+        The index term of a keyword token: an English word's Snowball stem, any other token as it is (a figure, an
+        acronym token "^pss", a page of another language, whose tokens its own stemmer made)."""
+        return languages.stemmer("en").stem(word) if self.forms and word.isascii() and word.isalpha() else word
+
+    def term_ids(self, words: list[str]) -> dict[str, int]:
+        """{word: the row of its term} for those of ``words`` the index holds."""
+        return {word: self.vocab[term] for word in words if (term := self.term(word)) in self.vocab}
+
     def get_scores(self, query: list[str]) -> np.ndarray:
         """One score per chunk; a repeated query term counts again, as in rank-bm25."""
-        ids = [self.vocab[t] for t in query if t in self.vocab]
+        ids = [self.vocab[term] for word in query if (term := self.term(word)) in self.vocab]
         if not ids:
             return np.zeros(self.matrix.shape[1])
         return np.asarray(self.matrix[ids].sum(axis=0)).ravel()
@@ -498,11 +516,12 @@ class Retriever:
             if collection not in self._owner_code:
                 return set()
             columns = np.flatnonzero(self._page_owner == self._owner_code[collection])
-            known = sorted({word for word in words if word in self._bm25.vocab})
+            rows = self._bm25.term_ids(sorted(set(words)))
+            known = list(rows)
             if not known or not len(columns):
                 return set()
             # a stored entry is a page holding the word (its BM25 weight may be zero or negative: count entries, not weights)
-            held = self._bm25.matrix[[self._bm25.vocab[w] for w in known]][:, columns].getnnz(axis=1)
+            held = self._bm25.matrix[list(rows.values())][:, columns].getnnz(axis=1)
             return {word for word, pages in zip(known, np.asarray(held).ravel()) if pages > share * len(columns)}
 
     def keyword(self, question: str | ParsedQuestion, scope: list[str] | None = None, n: int | None = None) -> list[tuple[PageKey, float]]:
@@ -622,7 +641,7 @@ class Retriever:
 
     def _shared_weight(self, words: list[str]) -> np.ndarray:
         """Per page (a column of the keyword index): the idf summed over the distinct ``words`` it holds."""
-        ids = sorted({self._bm25.vocab[word] for word in words if word in self._bm25.vocab})
+        ids = sorted(set(self._bm25.term_ids(words).values()))
         if not ids:
             return np.zeros(len(self._pages))
         held = (self._bm25.matrix[ids] > 0).astype(np.float64)
