@@ -9,7 +9,7 @@ One question flows like this:
              -> embed (once per way the library's documents write years) -> cosine top-N chunks
                 of the in-scope documents -> pages                                  (semantic leg)
              -> keyword_tokens -> BM25 over every page's title + keywords + text     (keyword leg)
-                (English words matched by their stem; less the searched documents' own names where
+                (English words matched by their singular; less the searched documents' own names where
                 printed on most of their pages, or as their file names give them)
              -> pages the question names outright ("page 14", "cover page")         (page leg)
              -> pages a domain marked with one of the question's hints (domains.py)  (hint leg)
@@ -67,7 +67,6 @@ import config
 import domains
 import embedders
 import ingest
-import language as languages
 import rules
 from pages import Page, page_text
 from records import Hit
@@ -85,7 +84,7 @@ from routing import (
     row_labels_with_initials,
     route,
 )
-from text_utils import STOPWORDS, acronym_tokens, acronyms_written, keyword_tokens, names_with_initials, tokenize, years_named
+from text_utils import STOPWORDS, acronym_tokens, singular, acronyms_written, keyword_tokens, names_with_initials, tokenize, years_named
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +171,7 @@ class SparseBM25:
         k1 = config.BM25_K1 if k1 is None else k1
         b = config.BM25_B if b is None else b
         self.vocab: dict[str, int] = {}
-        self.forms = rules.on("word_forms_match")  # fixed for the index's life: its terms and its queries read alike
+        self.forms = rules.on("plural_matches_singular")  # fixed for the index's life: its terms and its queries read alike
         rows, cols, freqs = [], [], []
         for j, tokens in enumerate(corpus):
             for term, count in Counter(map(self.term, tokens)).items():
@@ -192,16 +191,17 @@ class SparseBM25:
         self.idf = idf
         self.matrix = csr_matrix((weights, (rows, cols)), shape=(len(self.vocab), n_docs))
 
-    rules.register("word_forms_match", "a keyword matches the other forms of its word (inventory, inventories)",
-                   "tests/test_retriever.py::test_rule_a_keyword_matches_the_other_forms_of_its_word",
-                   pays_on="docs/experiments/2026-11-29-word-forms.md: states@3 88 -> 94 of 177 over six sets none was read for it "
-                           "(8 won, 2 lost), page hit@5 151 -> 153")
+    rules.register("plural_matches_singular", "a keyword matches its plural and its singular (inventory, inventories)",
+                   "tests/test_retriever.py::test_rule_a_keyword_matches_its_plural_and_its_singular",
+                   pays_on="docs/experiments/2026-11-29-plurals.md: states@3 88 -> 94 of 177 over six sets none was read for it "
+                           "(6 won, none lost), page hit@5 151 -> 152")
 
     def term(self, word: str) -> str:
-        """Rule: a keyword matches the other forms of its word (inventory, inventories).
-        The index term of a keyword token: an English word's Snowball stem, any other token as it is (a figure, an
-        acronym token "^pss", a page of another language, whose tokens its own stemmer made)."""
-        return languages.stemmer("en").stem(word) if self.forms and word.isascii() and word.isalpha() else word
+        """Rule: a keyword matches its plural and its singular (inventory, inventories).
+        The index term of a keyword token: an English word's singular (text_utils.singular), any other token as it
+        is (a figure, an acronym token "^pss", a page of another language, whose tokens its own stemmer made).
+        Only the plural: a stemmer's "oper" would make "operating income" match every row of a "Statement of Operations"."""
+        return singular(word) if self.forms and word.isascii() and word.isalpha() else word
 
     def term_ids(self, words: list[str]) -> dict[str, int]:
         """{word: the row of its term} for those of ``words`` the index holds."""

@@ -179,6 +179,12 @@ def without_s(word: str) -> str:
     return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
 
 
+def singular(word: str) -> str:
+    """A plural's ending dropped: singular("inventories") -> "inventory"; singular("assets") -> "asset" (without_s).
+    Plural and singular read alike; so may a third-person "s" ("uses", "use"), which is as well."""
+    return word[:-3] + "y" if len(word) > 4 and word.endswith("ies") else without_s(word)
+
+
 def without_possessive(word: str) -> str:
     """without_possessive("Costco’s") -> "Costco"; without_possessive("COSTCO'S") -> "COSTCO'S" (lower-case "s" only)"""
     return _POSSESSIVE_END.sub("", word)
