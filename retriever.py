@@ -174,7 +174,7 @@ class SparseBM25:
         self.forms = rules.on("plural_matches_singular")  # fixed for the index's life: its terms and its queries read alike
         rows, cols, freqs = [], [], []
         for j, tokens in enumerate(corpus):
-            for term, count in Counter(map(self.term, tokens)).items():
+            for term, count in Counter([self.term(token) for token in tokens]).items():
                 rows.append(self.vocab.setdefault(term, len(self.vocab)))
                 cols.append(j)
                 freqs.append(count)
