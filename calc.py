@@ -17,6 +17,8 @@ figures it uses, each with its source, and writes the arithmetic on one line wit
              -> format_result()        rounded as the question asks ("two decimal places"); a sum or gap
                                        of percentages stays a percentage
              -> worked_out()           "Worked out: 24,576 / ((6,854 + 7,367) / 2) = 3.46"
+    reply (streamed) -> without_results()  a result the model adds after the arithmetic ("= 23.0%") is not
+                                       shown: only the one worked out in code is
 
 The figure lines are checked against their passages like any sentence (checker.py); the two
 arithmetic lines are not claims about a page, so the checker leaves them unjudged.
@@ -28,8 +30,10 @@ import ast
 import math
 import operator
 import re
+from collections.abc import Iterator
 
 import domains
+import rules
 from text_utils import FIGURE_IN_FORMULA
 
 CALCULATION_LABEL = "Calculation:"
@@ -78,10 +82,65 @@ def calculation_of(reply: str) -> str | None:
     if not matches:
         return None
     match = matches[-1]  # a worked chain of steps ends with the one that gives the answer
-    line = re.sub(r"\[L?\d+(?:\s*,\s*L?\d+)*\]|[<>]", "", match.group("expr"))
-    steps = [step.strip(" *_`.") for step in line.split("=")]
-    # "cash ratio = 9,889 / 26,291 = 0.38": the first step that is arithmetic, not the measure's name
-    return next((step for step in steps if evaluate(step) is not None and _OPERATOR.search(step)), steps[0] or None)
+    steps = [_clean(step) for step in match.group("expr").split("=")]
+    arithmetic = _arithmetic_step(steps)
+    return steps[arithmetic] if arithmetic is not None else steps[0] or None
+
+
+def _clean(step: str) -> str:
+    """A step of a calculation line without its citations and markup: "(10 - 4) / 4 [L1]" -> "(10 - 4) / 4"."""
+    return re.sub(r"\[L?\d+(?:\s*,\s*L?\d+)*\]|[<>]", "", step).strip(" *_`.")
+
+
+def _arithmetic_step(steps: list[str]) -> int | None:
+    """Which of a calculation line's "="-separated steps is its arithmetic: the first that is, not the measure's name
+    ("cash ratio = 9,889 / 26,291 = 0.38" -> 1), or None."""
+    return next((i for i, step in enumerate(steps) if evaluate(step) is not None and _OPERATOR.search(step)), None)
+
+
+rules.register("model_result_not_shown", "the result a model gives its own arithmetic is not shown: the app works it out",
+               "tests/test_calc.py::test_rule_the_result_a_model_gives_its_arithmetic_is_not_shown",
+               pays_on="docs/experiments/2026-11-29-answers-and-speed.md: of 27 stored replies with a calculation line, all add their "
+                       "own result and 7 differ from the worked-out one (16.0% above 9.86); none is shown now")
+
+
+def without_results(reply: Iterator[str]) -> Iterator[str]:
+    """Rule: the result a model gives its own arithmetic is not shown: the app works it out.
+    The reply as it streams, each "Calculation:" line held until it ends and shown without the result the model
+    added: the 1.5B wrote "Calculation: (231 - 182) / 182 * 100 = 23.0%" above the app's "= 26.9"."""
+    held, passing = "", False  # the line so far while it may be a calculation; passing: this line is not one
+    for piece in reply:
+        for part in filter(None, re.split(r"(\n)", piece)):
+            if passing:
+                passing = part != "\n"
+                yield part
+            elif part == "\n":
+                yield _shown(held) + part
+                held = ""
+            else:
+                held += part
+                if not _may_be_calculation(held):
+                    yield held
+                    held, passing = "", True
+    if held:
+        yield _shown(held)
+
+
+def _may_be_calculation(line: str) -> bool:
+    """Can ``line``, so far, still be a "Calculation:" line (its markup and spaces aside)?"""
+    compact = re.sub(r"[\s*_#>-]", "", line).lower().replace("：", ":")
+    label = CALCULATION_LABEL.lower()
+    return label.startswith(compact) or compact.startswith(label)
+
+
+def _shown(line: str) -> str:
+    """A line as shown: a calculation line up to its arithmetic (calculation_of's step), any other line as it is."""
+    match = _CALCULATION_LINE.match(line)
+    if not match or not rules.on("model_result_not_shown"):
+        return line
+    steps = match.group("expr").split("=")
+    arithmetic = _arithmetic_step([_clean(step) for step in steps])
+    return line[: match.start("expr")] + "=".join(steps[: (arithmetic or 0) + 1]).rstrip()
 
 
 def _as_python(expression: str) -> str:

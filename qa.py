@@ -549,7 +549,8 @@ def the_model(turn: Turn) -> AnswerStream:
     turn.stage(f"Reading {len(sources)} {what}{'s' if len(sources) != 1 else ''}…")
     reply = model_reply(turn, reading.build_messages(turn.asked, sources, turn.history, as_lines, turn.instructions))
     reply = echoes.echo_free(reply, echoes.prompt_openings(turn.instructions))  # no line of the prompt in the answer
-    return AnswerStream(with_worked_out(turn, refusal_held_back(reply, refusal_for(turn))), checked_by(turn), turn.answer.evidence)
+    return AnswerStream(with_worked_out(turn, calc.without_results(refusal_held_back(reply, refusal_for(turn)))), checked_by(turn),
+                        turn.answer.evidence)
 
 
 ANSWERED_WITHOUT_SEARCH = [greeting, personal_data, whole_document]

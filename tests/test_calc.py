@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import calc
+import rules
 
 
 def test_questions_that_ask_for_arithmetic_and_ones_that_ask_for_a_printed_figure():
@@ -101,3 +102,19 @@ def test_text_that_is_not_arithmetic_never_reaches_the_parser_limits():
     assert calc.evaluate("True + 1") is None  # a name, not a figure
     assert calc.evaluate("12abc + 1") is None  # not parsed: Python warned "invalid decimal literal" on stderr
     assert calc.calculation_of("\n" * 20000) is None  # was quadratic in a run of blank lines
+
+
+def test_rule_the_result_a_model_gives_its_arithmetic_is_not_shown():
+    def shown(pieces: list[str]) -> str:
+        return "".join(calc.without_results(iter(pieces)))
+
+    # the 1.5B's own result (23.0%) stood above the app's "Worked out: ... = 26.9"
+    reply = ["RevPAR 2023: 231 [L2]\nCalc", "ulation: (231 - 182) / 182", " * 100 = 23.0%", "\n\nThat is the change."]
+    assert shown(reply) == "RevPAR 2023: 231 [L2]\nCalculation: (231 - 182) / 182 * 100\n\nThat is the change."
+    assert shown(["Calculation: cash ratio = 9,889 / 26,291 = 0.38"]) == "Calculation: cash ratio = 9,889 / 26,291"
+    assert shown(["**Calculation:** 10 - 4 = 6 [L1]"]) == "**Calculation:** 10 - 4"
+    assert shown(["Calculated values are not shown here = 5"]) == "Calculated values are not shown here = 5"  # not the label
+    assert calc.worked_out(shown(reply), ["RevPAR 231 and 182"], "By what percentage did it change? Round to one decimal place.") == (
+        "Worked out: (231 - 182) / 182 * 100 = 26.9")
+    with rules.off({"model_result_not_shown"}):
+        assert shown(reply) == "".join(reply)
