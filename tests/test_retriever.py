@@ -460,6 +460,12 @@ def test_a_german_page_is_found_by_keywords_in_another_inflection(store, embedde
     assert found[0][0] == (german.collection, 2)  # "Büchern"/"Bücher", "Bibliotheken"/"Stadtbibliothek" stemmed
 
 
+def ingest_a_manual(store, embedder, tmp_path, pages: int) -> None:
+    """Another document in the library, of ``pages`` pages that share no word with a filing."""
+    ingest.ingest_pdf(write_text_pdf(tmp_path / "manual.pdf", [f"Step {i}. Fold the sheet and press the seam." for i in range(pages)]),
+                      store, embedder)
+
+
 def test_a_documents_own_name_is_no_keyword_within_it_but_still_tells_documents_apart(store, embedder, filings, tmp_path):
     head = "Quillfeather Paper Company - Annual Report 2023\n"
     exhibits = head + "Exhibits\n" + "".join(f"10.{i} Quillfeather Plan {i}\n" for i in range(1, 16)) + "10.16 Quillfeather Employees Plan\n"
@@ -471,9 +477,7 @@ def test_a_documents_own_name_is_no_keyword_within_it_but_still_tells_documents_
         exhibits,
     ])
     quill = ingest.ingest_pdf(pdf, store, embedder).collection
-    # a library where few pages carry the name, as in a real one: the name is a rare, heavy keyword
-    ingest.ingest_pdf(write_text_pdf(tmp_path / "manual.pdf", [f"Step {i}. Fold the sheet and press the seam." for i in range(20)]),
-                      store, embedder)
+    ingest_a_manual(store, embedder, tmp_path, 20)  # a library where few pages carry the name: a rare, heavy keyword
     retriever = Retriever(store, embedder)
     question = "How many employees did Quillfeather have?"
     words = retriever.query_tokens(question, [quill])
@@ -515,8 +519,7 @@ def test_rule_the_name_a_file_gives_its_document_is_no_keyword_within_it(store, 
         consent,
     ])
     collection = ingest.ingest_pdf(pdf, store, embedder).collection
-    ingest.ingest_pdf(write_text_pdf(tmp_path / "manual.pdf", [f"Step {i}. Fold the sheet and press the seam." for i in range(12)]),
-                      store, embedder)
+    ingest_a_manual(store, embedder, tmp_path, 12)
     retriever = Retriever(store, embedder)
     question = "How many employees did Green River have at the end of the year?"
     assert retriever.file_names_asked(collection, question) == {"green", "river"}
