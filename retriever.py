@@ -84,7 +84,7 @@ from routing import (
     row_labels_with_initials,
     route,
 )
-from text_utils import STOPWORDS, acronym_tokens, singular, acronyms_written, keyword_tokens, names_with_initials, tokenize, years_named
+from text_utils import STOPWORDS, acronym_tokens, acronyms_written, keyword_tokens, names_with_initials, singular, tokenize, years_named
 
 log = logging.getLogger(__name__)
 
@@ -564,9 +564,13 @@ class Retriever:
         """Rule: a document's own name, as its file name gives it, tells none of its pages apart.
         The words the question writes as the file name of every searched document names it (file_names_asked),
         wherever they are printed: "General Mills'" would find the auditor's consent that repeats "General Mills, Inc."."""
-        searched = self._in_scope(scope) if rules.on("file_name_no_keyword") else []
-        names = [self.file_names_asked(collection, question) for collection in searched]
-        return set.intersection(*names) if names else set()
+        names: set[str] | None = None  # the words named so far by every searched document's file
+        for collection in self._in_scope(scope) if rules.on("file_name_no_keyword") else []:
+            asked = self.file_names_asked(collection, question)
+            names = asked if names is None else names & asked
+            if not names:
+                break  # one document's file names none of them: the question names no file of them all
+        return names or set()
 
     rules.register("file_name_no_keyword", "a document's own name, as its file name gives it, tells none of its pages apart",
                    "tests/test_retriever.py::test_rule_the_name_a_file_gives_its_document_is_no_keyword_within_it",
@@ -811,7 +815,7 @@ class Retriever:
         if profile is None or not rules.on("own_name_tells_no_line"):
             return set()
         runs = name_runs_in_question(as_read(query).query)
-        names = {word.lower() for run in runs for word in run} & profile.names | self.file_names_asked(collection, query)
+        names = ({word.lower() for run in runs for word in run} & profile.names) | self.file_names_asked(collection, query)
         # and the initials of a name all of whose words are its own, which keyword tokens carry ("^hlo")
         return names | {token for run in runs if all(word.lower() in names for word in run) for token in acronym_tokens(" ".join(run))}
 

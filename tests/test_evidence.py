@@ -268,3 +268,24 @@ def test_real_report_pages_in_columns_and_a_real_cover_page_give_the_lines_that_
     assert any("Rick Scott · GOVERNOR" in line.text for line in cover if line.kind == "block")
     with rules.off({"short_lines_read_as_one"}):
         assert not any("Rick Scott" in line.text for line in evidence.readable_lines(page_lines(extract.read_page(plan[0]).text)))
+
+
+def test_the_real_general_mills_filing_asked_by_its_name_shows_the_line_that_answers_first(store, embedder, tmp_path):
+    """Four real pages of GENERALMILLS_2020_10K.pdf (cover, employees, a page writing "general and administrative",
+    the auditor's consent that repeats "General Mills, Inc."), asked as a person asks. The file name makes "General
+    Mills" the document's own name, though "general" is printed in lower case inside it (file_name_no_keyword)."""
+    filing = pymupdf.open(bench_file("financebench", "pdfs", "GENERALMILLS_2020_10K.pdf"))
+    pages = pymupdf.open()
+    for page in (1, 6, 56, 123):
+        pages.insert_pdf(filing, from_page=page - 1, to_page=page - 1)
+    pages.save(tmp_path / "GENERALMILLS_2020_10K.pdf")
+    collection = ingest.ingest_pdf(tmp_path / "GENERALMILLS_2020_10K.pdf", store, embedder).collection
+    question = "Approximately how many employees did General Mills have at the end of fiscal 2020?"
+
+    def first_line() -> str:
+        retriever = Retriever(store, embedder)
+        return evidence.best_lines(question, retriever.load_pages(retriever.search(question, scope=[collection])), retriever)[0].text
+
+    assert first_line().startswith("EMPLOYEES As of May 31, 2020, we had approximately 35,000 full- and part-time employees.")
+    with rules.off({"file_name_no_keyword"}):
+        assert "35,000" not in first_line()  # the cover page, which names the company, leads

@@ -329,6 +329,7 @@ def test_a_calculation_is_worked_out_in_code_and_its_figures_are_checked(store, 
     answer = qa.answer_question(question, retriever, llm=models.get_chat_model())
     assert prompts.ANSWER_SHAPES["calculate"] in ollama_chat.chats[0]["messages"][-1]["content"]
     assert answer.text.endswith("Worked out: 24 - 12 = 12")  # the model's own "= 10" is not what is shown
+    assert "Calculation: 24 - 12\n" in answer.text and "= 10" not in answer.text  # nor shown beside it (model_result_not_shown)
     figures, arithmetic = answer.sentences[:2], answer.sentences[2:]
     assert all(s.supported and s.citations[0].page == 1 for s in figures)
     assert [s.supported for s in arithmetic] == [None, None] and answer.confidence == 1.0
@@ -339,6 +340,10 @@ def test_a_calculation_is_worked_out_in_code_and_its_figures_are_checked(store, 
 
     refused = qa.answer_question(question, retriever, llm=models.get_chat_model())
     assert refused.refused and refused.text == prompts.NEAREST_LINES  # the guess after the refusal is not shown
+
+    monkeypatch.setattr(ollama_chat, "replies", ["Germanwings tweets: 24 [1]\nLufthansa tweets: 12 [1]\nCalculation: 24 - 12 = 10"])
+    with rules.off({"model_result_not_shown"}):
+        assert "Calculation: 24 - 12 = 10" in qa.answer_question(question, retriever, llm=models.get_chat_model()).text
 
 
 def test_a_financial_measure_is_read_off_the_statement_without_the_model(store, embedder, ollama_chat, monkeypatch, tmp_path):
