@@ -182,6 +182,8 @@ def build_messages(
     ``instructions`` (an OpenAI client's system messages) end the system prompt, in the asker's words (``asked_form``),
     bound by its rules, and are said again on the line after the question, in place of the app's usual form."""
     system = prompts.LINES_SYSTEM if as_lines else prompts.ANSWER_SYSTEM
+    if as_lines and not rules.on("backed_or_nearest"):  # the app refuses for the model only with that rule (qa.py)
+        system += prompts.LINES_REFUSAL_RULE
     if not as_lines and any(hit.trace.get("marked") for hit in sources):
         system += prompts.MARKED_RULE
     if instructions:
@@ -257,7 +259,7 @@ def question_budget(n_ctx: int, count_tokens: Callable[[str], int]) -> int:
     """Tokens of an ``n_ctx``-token model left for the question, the asker's instructions and the history: what
     remains after the reply (LLM_MAX_TOKENS), the rules and templates (with the longest answer shape) and room
     for ANSWER_LINES evidence lines."""
-    fixed = "\n".join([prompts.LINES_SYSTEM, prompts.INSTRUCTIONS_RULE, prompts.LINES_USER,
+    fixed = "\n".join([prompts.LINES_SYSTEM + prompts.LINES_REFUSAL_RULE, prompts.INSTRUCTIONS_RULE, prompts.LINES_USER,
                        max(prompts.ANSWER_SHAPES.values(), key=len), prompts.ANSWER_LANGUAGE_ASKED])
     return n_ctx - config.LLM_MAX_TOKENS - count_tokens(fixed) - 3 * 4 - config.ANSWER_LINES * LINE_TOKENS
 

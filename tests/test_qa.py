@@ -312,6 +312,46 @@ def test_rule_a_refusal_beside_the_lines_found_says_they_are_the_nearest(facts, 
         assert qa.answer_question(question, retriever, llm=models.get_chat_model()).text == prompts.REFUSAL
 
 
+def test_rule_an_answer_shows_once_a_sentence_is_backed_by_its_line(facts, ollama_chat, monkeypatch):
+    """The model reading lines is offered no refusal; the app shows its answer when a sentence of it is backed by the
+    line it cites, and says the lines are the nearest when none is (an answer to what no line says)."""
+    retriever, _ = facts
+    question, backed = "When did the railway reach the town?", "The railway reached the town in 1889 [L1]."
+    monkeypatch.setattr(ollama_chat, "replies", [backed, "The railway reached the town in 1925 [L1].", prompts.REFUSAL, backed])
+
+    def ask() -> qa.Answer:
+        return qa.answer_question(question, retriever, llm=models.get_chat_model(), reads="lines")
+
+    answer = ask()
+    assert answer.text == backed and not answer.refused and answer.confidence == 1.0
+    assert prompts.LINES_REFUSAL_RULE.strip() not in ollama_chat.chats[0]["messages"][0]["content"]  # no refusal offered
+    assert ask().text == prompts.NEAREST_LINES  # 1925 is on no line: not shown
+    assert ask().text == prompts.NEAREST_LINES  # the model's own refusal, said as beside lines
+    with rules.off(["backed_or_nearest"]):
+        ask()
+        assert prompts.LINES_REFUSAL_RULE.strip() in ollama_chat.chats[-1]["messages"][0]["content"]
+
+
+def test_a_backed_answer_streams_on_from_its_first_backed_sentence(facts, llm):
+    """The reply is held only until a whole sentence of it is backed; the rest streams as it comes."""
+    retriever, _ = facts
+    turn = qa.Turn("When did the railway reach the town?", retriever, llm, [], None, 5, lambda text: None, None, "lines",
+                   qa.Answer("When did the railway reach the town?"))
+    qa.read_question(turn)
+    qa.find_evidence(turn)
+    turn.answer.sources = turn.answer.evidence
+    read = []
+
+    def reply():
+        for piece in ["The railway reached ", "the town in 1889 [L1].", " Trains took nine hours", " [L1]."]:
+            read.append(piece)
+            yield piece
+
+    stream = qa.backed_or_nearest(reply(), turn)
+    assert next(stream) == "The railway reached the town in 1889 [L1]. Trains took nine hours" and len(read) == 3
+    assert list(stream) == [" [L1]."]
+
+
 def test_a_calculation_is_worked_out_in_code_and_its_figures_are_checked(store, embedder, ollama_chat, monkeypatch, tmp_path):
     """The model lists figures and writes the arithmetic; the app computes it (small models compute badly)."""
     pdf = write_text_pdf(tmp_path / "tweets.pdf", [
