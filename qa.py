@@ -19,10 +19,10 @@
                                                     pages' passages [1].. with the lines marked (a model a person
                                                     brings; reading.py: as many as fit), its reply streams; a line
                                                     copying the prompt is cut (echoes.py), a calculation it writes
-                                                    worked out (calc.py); reading lines, it is offered no refusal and
-                                                    its reply is held until a sentence is backed by its line (else
-                                                    the lines are said to be the nearest); reading passages, a bare
-                                                    refusal is held back
+                                                    worked out (calc.py); reading lines in the answer's language,
+                                                    it is offered no refusal and its reply is held until a sentence
+                                                    is backed by its line (else the lines are said to be the
+                                                    nearest); otherwise a bare refusal is held back
       -> checked                    each sentence against the line or passage it cites (checker.py): unsupported
                                     sentences and numbers that name no source flagged; unmarked sentences
                                     attributed to the line that backs them ("inferred")
@@ -66,6 +66,7 @@ import rules
 from checker import CheckedSentence, Citation, strip_markers, verify_answer
 from pages import Page
 from question import ParsedQuestion, parse_question
+from language import question_language
 from reading import QuestionTooLong
 from records import Hit
 from retriever import Retriever
@@ -550,9 +551,10 @@ def the_model(turn: Turn) -> AnswerStream:
     turn.answer.sources = sources
     what = "line" if as_lines else "passage"
     turn.stage(f"Reading {len(sources)} {what}{'s' if len(sources) != 1 else ''}…")
-    reply = model_reply(turn, reading.build_messages(turn.asked, sources, turn.history, as_lines, turn.instructions))
+    refuses_for_model = as_lines and rules.on("backed_or_nearest") and answered_in_the_lines_language(turn)
+    reply = model_reply(turn, reading.build_messages(turn.asked, sources, turn.history, as_lines, turn.instructions, refuses_for_model))
     reply = echoes.echo_free(reply, echoes.prompt_openings(turn.instructions))  # no line of the prompt in the answer
-    if as_lines and rules.on("backed_or_nearest"):
+    if refuses_for_model:
         reply = backed_or_nearest(calc.without_results(reply), turn)
     else:
         reply = calc.without_results(refusal_held_back(reply, refusal_for(turn)))
@@ -648,6 +650,14 @@ rules.register("backed_or_nearest", "a model reading the lines is not offered a 
                "tests/test_qa.py::test_rule_an_answer_shows_once_a_sentence_is_backed_by_its_line",
                pays_on="docs/experiments/2026-11-29-no-refusal-offered.md: fresh6 (held out), judged blind: right 9 -> 13 of 36, "
                        "confidently wrong 4 -> 0, unanswerable declined 2 -> 4 of 4")
+
+
+def answered_in_the_lines_language(turn: Turn) -> bool:
+    """Is the answer asked in the language of the lines it reads (the asker's instructions name it, else the
+    question's)? The checker backs a sentence by the words it shares with its line, which a translation does not,
+    so only then can the app refuse for the model (backed_or_nearest); otherwise the model is offered the refusal."""
+    asked = reading.language_asked(turn.instructions) or question_language(turn.query)
+    return all(turn.retriever.language(collection) == asked for collection in {line.collection for line in turn.answer.sources})
 
 
 def backed_or_nearest(reply: Iterator[str], turn: Turn) -> Iterator[str]:

@@ -175,14 +175,17 @@ def format_lines(lines: list[Hit]) -> str:
 
 
 def build_messages(
-    question: str, sources: list[Hit], history: list[tuple[str, str]], as_lines: bool = False, instructions: str = ""
+    question: str, sources: list[Hit], history: list[tuple[str, str]], as_lines: bool = False, instructions: str = "",
+    refuses_for_model: bool = False,
 ) -> list[BaseMessage]:
     """The chat to send: the rules, the recent history, then the sources and the question. ``as_lines``:
     the sources are evidence lines (``format_lines``), else numbered passages (``format_source``).
     ``instructions`` (an OpenAI client's system messages) end the system prompt, in the asker's words (``asked_form``),
-    bound by its rules, and are said again on the line after the question, in place of the app's usual form."""
+    bound by its rules, and are said again on the line after the question, in place of the app's usual form.
+    ``refuses_for_model``: the app, not the model, refuses when no line backs the reply, so the lines' prompt
+    offers the model no refusal (qa.backed_or_nearest)."""
     system = prompts.LINES_SYSTEM if as_lines else prompts.ANSWER_SYSTEM
-    if as_lines and not rules.on("backed_or_nearest"):  # the app refuses for the model only with that rule (qa.py)
+    if as_lines and not refuses_for_model:  # else the app refuses for the model (qa.backed_or_nearest)
         system += prompts.LINES_REFUSAL_RULE
     if not as_lines and any(hit.trace.get("marked") for hit in sources):
         system += prompts.MARKED_RULE

@@ -335,6 +335,18 @@ def test_rule_an_answer_shows_once_a_sentence_is_backed_by_its_line(facts, ollam
         assert prompts.LINES_REFUSAL_RULE.strip() in ollama_chat.chats[-1]["messages"][0]["content"]
 
 
+def test_a_reply_asked_in_another_language_than_the_lines_is_left_to_the_model_to_refuse(facts, ollama_chat, monkeypatch):
+    """The checker backs a sentence by the words it shares with its line; a French answer to English lines shares
+    none, so there the model is offered the refusal and its answer is not held back (answered_in_the_lines_language)."""
+    retriever, _ = facts
+    french = "Le chemin de fer a atteint la ville en 1889 [L1]."
+    monkeypatch.setattr(ollama_chat, "replies", [french])
+    answer = qa.answer_question("When did the railway reach the town?", retriever, llm=models.get_chat_model(), reads="lines",
+                                history=[("system", "Answer in French only.")])
+    assert answer.text == french
+    assert prompts.LINES_REFUSAL_RULE.strip() in ollama_chat.chats[0]["messages"][0]["content"]
+
+
 def test_a_backed_answer_streams_on_from_its_first_backed_sentence(facts, llm):
     """The reply is held only until a whole sentence of it is backed; the rest streams as it comes."""
     retriever, _ = facts
@@ -446,7 +458,7 @@ def test_one_answer_reads_the_question_once_and_each_page_once_and_enters_the_re
     count): its state three times, for the search, the page loads and the evidence lines' scores, and its
     pure Reciprocal Rank Fusion formula once, which the evidence lines share with the page search; and once each
     for the small lookups the lines and a cell make (the question's tokens, the words on most pages, the names the
-    question gives the document, its language and its profile)."""
+    question gives the document, its profile, and its language twice: to read the lines and to know the answer's)."""
     import sys
     from collections import Counter
 
@@ -478,6 +490,7 @@ def test_one_answer_reads_the_question_once_and_each_page_once_and_enters_the_re
     assert answer.evidence and answer.sources  # a real answer went through every step
     # the page order of the evidence lines asks once which of the question's words tell the document's pages apart
     assert dict(entries) == {"search": 1, "load_pages": 1, "line_scores": 1, "rrf": 1, "query_tokens": 1, "words_on_most_pages": 1,
-                             "own_names_asked": 1, "language": 1, "profile": 1}, entries  # profile: the names a cell may be asked by
+                             "own_names_asked": 1, "language": 2, "profile": 1}, entries  # profile: the names a cell may be asked by;
+    # language: the lines' words read in it, and whether the answer is asked in it (qa.answered_in_the_lines_language)
     assert calls["parse_question"] == 1, calls
     assert calls["page_text"] == len({(h.collection, h.page) for h in retriever.search("fish landed 1911")}), calls
