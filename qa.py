@@ -648,8 +648,8 @@ def refusal_for(turn: Turn) -> str:
 rules.register("backed_or_nearest", "a model reading the lines is not offered a refusal: its answer shows once a sentence of it is "
                "backed by the line it cites, and when none is, the lines are said to be the nearest found",
                "tests/test_qa.py::test_rule_an_answer_shows_once_a_sentence_is_backed_by_its_line",
-               pays_on="docs/experiments/2026-11-29-no-refusal-offered.md: fresh6 (held out), judged blind: right 9 -> 13 of 36, "
-                       "confidently wrong 4 -> 0, unanswerable declined 2 -> 4 of 4")
+               pays_on="docs/experiments/2026-11-29-no-refusal-offered.md: fresh4, fresh6, fresh7 (held out for it), judged blind: "
+                       "right 20 -> 26 of 116, unanswerable declined 11 -> 13 of 14, confidently wrong 11 -> 15")
 
 
 def answered_in_the_lines_language(turn: Turn) -> bool:
