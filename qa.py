@@ -64,9 +64,9 @@ import prompts
 import reading
 import rules
 from checker import CheckedSentence, Citation, strip_markers, verify_answer
+from language import question_language
 from pages import Page
 from question import ParsedQuestion, parse_question
-from language import question_language
 from reading import QuestionTooLong
 from records import Hit
 from retriever import Retriever
@@ -666,19 +666,26 @@ def backed_or_nearest(reply: Iterator[str], turn: Turn) -> Iterator[str]:
 
     Offered a refusal, the 1.5B model took it beside the line that answers; offered none, it answers, and often
     wrongly where no line says it (an unanswerable question gets a figure). The checker tells them apart: the reply
-    is held until a whole sentence of it is backed by its line (checker.verify_answer), then streams on."""
-    held = ""
+    is held until a whole sentence of it is backed by its line (checker.verify_answer), then streams on. Each sentence
+    is checked once, when it is whole (the last one when the reply ends)."""
+    held, checked = "", set()
+
+    def new_sentence_backed(ended: bool) -> bool:
+        sentences = checker.split_sentences(held)
+        fresh = [s for s in (sentences if ended else sentences[:-1]) if s not in checked]  # the last may still be growing
+        checked.update(fresh)
+        return bool(fresh) and any(s.supported for s in verify_answer(" ".join(fresh), turn.answer.sources, turn.parsed))
+
     for piece in reply:
         held += piece
-        complete = checker.split_sentences(held)[:-1]  # the last may still be growing
-        if complete and any(s.supported for s in verify_answer(" ".join(complete), turn.answer.sources, turn.parsed)):
+        if new_sentence_backed(ended=False):
             yield held
             yield from reply
             return
-    if any(s.supported for s in verify_answer(held, turn.answer.sources, turn.parsed)):
+    if new_sentence_backed(ended=True):
         yield held
     else:
-        log.info("No sentence of the reply is backed by the line it cites: the nearest lines are said to be such")
+        log.info("No sentence of the reply is backed by the line it cites: the reply says the lines shown are the nearest")
         yield prompts.NEAREST_LINES
 
 

@@ -467,7 +467,7 @@ def stream_answer(llm, retriever, question: str, first_token_only: bool = False,
         read = lines if as_lines else passage_context.choose_context(question, pages, reading.passage_chars(llm), marked=lines)
         sources = reading.fit_sources(question, read, [], lambda text: models.count_tokens(llm, text),
                                  models.context_length(llm), config.LLM_MAX_TOKENS, as_lines)
-        messages = reading.build_messages(question, sources, [], as_lines)
+        messages = reading.build_messages(question, sources, [], as_lines, refuses_for_model=as_lines)  # as qa.the_model: English lines
         first, text, cached, pieces = None, "", None, llm.stream(messages)
         for chunk in pieces:
             if usage := chunk.usage_metadata:  # the last chunk: how much of the prompt came from the prompt cache
