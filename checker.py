@@ -60,11 +60,13 @@ from typing import TYPE_CHECKING
 import calc
 import cells as cells_module
 import config
+import language
 import rules
 from pages import page_lines, row_cells, row_label
 from question import ParsedQuestion, as_read
-from text_utils import (CODE, FIGURES_LINE, NAME_RUN, REFERENCE, WRITTEN_WORD, YEAR_SPAN, YEAR_TOKEN, one_year_spans, is_table_row,
-                        months_in, names_in, numbers_in, sentence_spans, table_cells, tokenize, without_possessive, without_s, years_in)
+from text_utils import (CODE, FIGURES_LINE, NAME_RUN, REFERENCE, WRITTEN_WORD, YEAR_SPAN, YEAR_TOKEN, dates_a_year, is_table_row,
+                        months_in, names_in, numbers_in, one_year_spans, sentence_spans, table_cells, tokenize, without_possessive,
+                        without_s, years_in)
 
 if TYPE_CHECKING:
     from records import Hit
@@ -160,6 +162,16 @@ rules.register("overlap_measure", "a sentence is backed by a passage that holds 
                _TEST + "test_rule_a_sentence_is_backed_by_a_passage_that_holds_most_of_its_words",
                pays_on="docs/experiments/2026-11-28-rules-that-pay.md: every judged set with a ✓; fresh3 (held out) ✓ recall "
                        "11/12 -> 0/12 switched off")
+rules.register("question_words_any_form", 'a word the question asks is asked in any of its forms ("stop", "stopped"): restating '
+               "it adds nothing the page must hold", _TEST + "test_rule_a_word_the_question_asks_is_asked_in_any_of_its_forms",
+               pays_on="docs/experiments/2026-11-29-right-answers-held-back.md: 28 judged answer files, ✓ judged right 256/334 -> 259/337 (none wrong added); fresh6 (held out) "
+                       "answers shown right 15 -> 16 of 36")
+rules.register("file_name_names", "a document's file name names its subject for every passage of it (\"BOEING_2022_10K.pdf\" names Boeing)",
+               _TEST + "test_rule_a_documents_file_name_names_its_subject_beside_any_line",
+               pays_on="docs/experiments/2026-11-29-right-answers-held-back.md: fresh6 (held out) answers shown right 14 -> 16, wrong 0 -> 1; fresh7 (held out) right 9 -> 11 of 36")
+rules.register("bare_answer", 'a bare answer (a figure with at most its unit: "$317 million") is said of what the question asks',
+               _TEST + "test_rule_a_bare_figure_is_said_of_what_the_question_asks",
+               pays_on="docs/experiments/2026-11-29-right-answers-held-back.md: fresh6 (held out) answers shown right 15 -> 16, wrong 0 -> 1; fresh8 (fitted) right 9 -> 11")
 # how the text is read
 rules.register("abbreviations", 'an abbreviation\'s period ends no sentence ("Rs. 1,039 million", "Fig. 3", "e.g. this")', _TEST + "test_rule_an_abbreviation_does_not_end_a_sentence",
                pays_on="docs/experiments/2026-11-26-rules-registry.md: dev41 (fitted), ✓ recall 12/13 -> 10/11 switched off; "
@@ -349,6 +361,7 @@ def missing_specifics(claim: str, passage: str, question: str | ParsedQuestion =
     """
     question = as_read(question)
     known_words = {w.lower() for w in WRITTEN_WORD.findall(passage)} | names_in(passage) | question.written_words
+    known_words |= _SOURCE_WORDS if rules.on("source_words") else set()
     return (
         (numbers_in(claim) - numbers_in(passage) - subject_figures(question))
         | (months_in(claim) - months_in(passage) - question.months)
@@ -415,6 +428,14 @@ def _label_words(text: str, tokens: frozenset[str] | None = None) -> set[str]:
     return words | {"not"} if _NEGATION.search(text) else words
 
 
+def figure_said_of(claim: str, question: ParsedQuestion) -> set[str]:
+    """Rule: a bare answer (a figure with at most its unit: "$317 million") is said of what the question asks.
+    The words that say what ``claim``'s figures are: its own (``_label_words``), and the question's too when it is a bare
+    answer (``bare_figure``)."""
+    words = _label_words(claim)
+    return words | _label_words(question.query, question.words) if bare_figure(claim) else words
+
+
 @rules.switch("figure_in_place", stand_in=frozenset())
 def misplaced_figures(claim: str, passage: str, question: str | ParsedQuestion = "") -> set[str]:
     """Rule: a figure must stand in its passage beside the thing it is said of, and beside the claim's year.
@@ -426,7 +447,7 @@ def misplaced_figures(claim: str, passage: str, question: str | ParsedQuestion =
     misplaced_figures("Net income was 412", "| | 2023 |\n| Operating income | 412 |\n| Net income | 296 |") -> {"412"}
     """
     question = as_read(question)
-    words = _label_words(claim)
+    words = figure_said_of(claim, question)
     passage_years = years_in(passage)
     # the question's year is the subject, unless the passage names that year too (then it picks a column)
     years = years_in(claim) - (question.years_written - passage_years)
@@ -798,7 +819,7 @@ _PAGE_BY_POSITION = re.compile(r"\b(?:first|second|third|fourth|fifth|last|\d+(?
 
 
 @rules.switch("restated_question", stand_in=False)
-def answer_beside_question(claim: str, passage: str, question: str | ParsedQuestion = "") -> bool:
+def answer_beside_question(claim: str, passage: str, question: str | ParsedQuestion = "", file_name: str = "") -> bool:
     """Rule: a sentence restating the question is backed when what it adds stands on the page beside what was asked.
     Is ``claim`` the question restated plus an answer that ``passage`` states beside what was asked?
     Small models answer "The email id of Mtre Laurent Nahmiash is lnahmiash@infavocats.com": the
@@ -808,7 +829,8 @@ def answer_beside_question(claim: str, passage: str, question: str | ParsedQuest
     Side by side cannot vouch for a rank, a count, a comparison or a colour (what a picture shows:
     "Red car with black roof" is a caption), nor for a passage without every name of the question.
     A page reference ("on page 10", "the first page") is not a word
-    of what was asked, nor a rank.
+    of what was asked, nor a rank. Words are compared in their forms (``word_form``: "stopped" restates "stop"), and
+    the passage's document ``file_name`` names what it is about ("BOEING_2022_10K.pdf": ``file_names``).
 
     answer_beside_question("The car's Wi-Fi Connect uses 4G connectivity.",
                            "Wi-Fi Connect\nTurn it into a hotspot with 4G connectivity", "What does the car's Wi-Fi Connect use?") -> True
@@ -816,14 +838,17 @@ def answer_beside_question(claim: str, passage: str, question: str | ParsedQuest
     question = as_read(question)
     by_position = rules.on("page_by_position")
     where = _PAGE_BY_POSITION.sub(" ", question.query) if by_position else question.query
+    where = NAME_RUN.sub(" ", where)  # a name is no rank: "Best Buy", "First Solar"
     if (rules.on("no_side_by_side_for_ranks") and _RANK_OR_COUNT.search(where)) or (
             rules.on("no_side_by_side_for_colours") and _COLOUR.search(where)):
         return False
-    asked = {without_s(w) for w in question.words - pointer_words(question, by_position)}
-    added = {without_s(w) for w in tokenize(claim)} - {without_s(w) for w in question.words}
-    page_words = {without_s(w) for w in tokenize(passage)}
+    asked = {word_form(w) for w in question.words - pointer_words(question, by_position)}
+    added = {word_form(w) for w in tokenize(claim)} - {word_form(w) for w in question.words}
+    page_words = {word_form(w) for w in tokenize(passage)}
     on_page = asked & page_words
-    names = {without_s(w) for w in question.name_tokens - {"s"}}  # what picks the item: "Safety Connect"
+    # what picks the item ("Safety Connect"): a date the question writes is no item, nor a name its file name writes
+    names = {word_form(w) for w in question.name_tokens - {"s"} if not date_word(w)}
+    names = {name for name in names if not file_names(name, file_name)}
     if not added or not on_page or not names <= page_words:
         return False
     # a name stands above its role ("Rick Scott" / "GOVERNOR"); a figure belongs to the label above it,
@@ -831,12 +856,34 @@ def answer_beside_question(claim: str, passage: str, question: str | ParsedQuest
     below = 0 if numbers_in(" ".join(added)) else 1
     lines = passage.split("\n")
     for i, line in enumerate(lines):
-        if not added & {without_s(w) for w in tokenize(line)}:
+        if not added & {word_form(w) for w in tokenize(line)}:
             continue
-        place = {without_s(w) for w in tokenize("\n".join(lines[max(0, i - _LINES_ABOVE):i + 1 + below]))}
+        place = {word_form(w) for w in tokenize("\n".join(lines[max(0, i - _LINES_ABOVE):i + 1 + below]))}
         if added <= place and names <= place and len(place & on_page) * 2 >= len(on_page):
             return True
     return False
+
+
+def word_form(token: str) -> str:
+    """Rule: a word the question asks is asked in any of its forms ("stop", "stopped"): restating it adds nothing the
+    page must hold. A token as its forms share it: an English word's Snowball stem ("stopped", "stops" -> "stop"),
+    a plural's "s" dropped with the rule off (``without_s``), any other token as it is."""
+    english = language.stemmer("en") if rules.on("question_words_any_form") else None
+    return english.stem(token) if english and token.isascii() and token.isalpha() else without_s(token)
+
+
+def file_names(word: str, file_name: str) -> bool:
+    """Rule: a document's file name names its subject for every passage of it ("BOEING_2022_10K.pdf" names Boeing).
+    A filing prints its company's name on its cover and statements, seldom in the line that answers. Does ``file_name``
+    write ``word`` (a word form of three letters or more), its words run together or not ("GENERALMILLS" writes "mill")?
+    Never with the rule off."""
+    return rules.on("file_name_names") and len(word) >= 3 and word in re.sub(r"[^a-z0-9]+", "", file_name.lower())
+
+
+def date_word(token: str) -> bool:
+    """Rule: a date the question writes is its subject, its day as much as its month and year ("as of June 30, 2023").
+    Is ``token`` (of a name the question writes) a month or a year (its "FY" too): a date, not a name that picks an item?"""
+    return rules.on("question_date") and bool(months_in(token) or dates_a_year(token))
 
 
 def pointer_words(question: ParsedQuestion, by_position: bool) -> set[str]:
@@ -852,9 +899,10 @@ def pointer_words(question: ParsedQuestion, by_position: bool) -> set[str]:
 
 # Rule: words that point at where a fact stands need not be on it ("as stated in the document", "given
 # under Unit 8 in the table", "the source states this in the following sentence:").
+# So are "based on the information provided in the PDF" and "according to line 2".
 _SOURCE_WORDS = frozenset(
     "document documents page pages slide slides table tables figure figures source sources passage text "
-    "sentence following stated states says".split())
+    "sentence following stated states says pdf line lines based according".split())
 
 
 @rules.switch("premise_names", stand_in=frozenset())
@@ -870,10 +918,10 @@ def strangers(question: str | ParsedQuestion, sources: list[Hit]) -> set[str]:
     strangers("Where are the plants of Apple Inc.?", [Hit(text="The Company's plant is at Andheri", ...)]) -> {"apple", "inc"}
     """
     question = as_read(question)
-    file_names = " ".join(re.sub(r"[_.\-]+", " ", hit.doc_name) for hit in sources)
-    held = {without_possessive(w.lower()) for w in WRITTEN_WORD.findall(" ".join(hit.text for hit in sources) + " " + file_names)}
+    file_words = " ".join(re.sub(r"[_.\-]+", " ", hit.doc_name) for hit in sources)
+    held = {without_possessive(w.lower()) for w in WRITTEN_WORD.findall(" ".join(hit.text for hit in sources) + " " + file_words)}
     named = {without_possessive(w.lower()) for run in NAME_RUN.findall(question.query) for w in run.split()}
-    return {n for n in named if n.isalpha() and len(n) > 2} - held
+    return {n for n in named if n.isalpha() and len(n) > 2 and not any(file_names(n, hit.doc_name) for hit in sources)} - held
 
 
 @rules.switch("row_column", stand_in=False)
@@ -958,9 +1006,22 @@ def support_scores(sentence: str, sources: list[Hit], question: str | ParsedQues
         needed = words - ((subject | source_words) - passage_words)
         # Rule: a sentence is backed by a passage that holds most of its words (SUPPORT_MIN_OVERLAP of them)
         overlap = len(needed & passage_words) / len(needed) if len(needed) >= 2 and rules.on("overlap_measure") else 0.0
-        restated = 1.0 if answer_beside_question(claim, hit.text, question) else 0.0
+        restated = 1.0 if answer_beside_question(claim, hit.text, question, hit.doc_name) else 0.0
         scores.append(max(overlap / config.SUPPORT_MIN_OVERLAP, restated))
     return scores
+
+
+def bare_figure(sentence: str) -> bool:
+    """Is ``sentence`` a bare answer, one figure with at most its unit ("$317 million [L2]", "62%", "15 minutes")? Short as
+    it is, it claims the figure: it is judged (rule bare_answer), where a short sentence without one ("Yes.") is not, nor
+    a small number alone ("5.")."""
+    claim = strip_markers(sentence)
+    figures = numbers_in(claim)
+    unit = {without_s(w) for w in _label_words(claim)} - cells_module.FORM_WORDS  # "minutes" of "15 minutes"
+    # one figure: a list of them is read against a whole chart's values; a one- or two-digit number alone ("5.") is on
+    # most pages by chance, with its unit ("62%", "15 minutes") it is an answer
+    alone = len(figures) == 1 and re.fullmatch(r"\d{1,2}", next(iter(figures))) and not unit and "%" not in claim
+    return rules.on("bare_answer") and len(figures) == 1 and len(unit) <= 1 and not alone
 
 
 def verify_answer(answer: str, sources: list[Hit], question: str | ParsedQuestion = "") -> list[CheckedSentence]:
@@ -980,7 +1041,7 @@ def verify_answer(answer: str, sources: list[Hit], question: str | ParsedQuestio
         # on dev677 and fresh_fb, whose 7 and 2 calculation lines (40 in 12 judged sets) would each be shown
         # ⚠ without it, the app's own arithmetic flagged as unbacked.
         arithmetic = rules.on("arithmetic_lines_unjudged") and calc.is_arithmetic_line(sentence)
-        if len(tokenize(strip_markers(sentence))) < config.SUPPORT_MIN_WORDS or arithmetic:
+        if (len(tokenize(strip_markers(sentence))) < config.SUPPORT_MIN_WORDS and not bare_figure(sentence)) or arithmetic:
             checked.append(CheckedSentence(sentence, [], None, fabricated))
             continue
         scores = support_scores(sentence, sources, question, unknown)

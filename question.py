@@ -36,7 +36,7 @@ from typing import TypeVar
 
 import domains
 import rules
-from text_utils import (CODE, ORDINAL, REFERENCE, WRITTEN_WORD, acronym_tokens, cell_words, months_in, names_in, numbers_in, sentence_spans,
+from text_utils import (CODE, MONTHS, ORDINAL, REFERENCE, WRITTEN_WORD, acronym_tokens, cell_words, months_in, names_in, numbers_in, sentence_spans,
                         tokenize, without_possessive, years_in, years_named)
 
 T = TypeVar("T")
@@ -165,7 +165,7 @@ class ParsedQuestion:
         def read() -> frozenset[str]:
             named = [name for name in self.names_with_first if any(c.isalpha() for c in name) and not ORDINAL.fullmatch(name)]
             inside_names = {n for name in named for n in numbers_in(name)}
-            return self.years_written | set(REFERENCE.findall(self.query)) | inside_names
+            return self.years_written | set(REFERENCE.findall(self.query)) | inside_names | days_of_dates(self.query)
         return self._once("subject_figures", read)
 
     @property
@@ -196,6 +196,23 @@ class ParsedQuestion:
         """This question searched as ``query`` (its acronyms spelled out by the library, routing.py): itself when
         nothing changed, else a copy whose readings are made anew for the new text."""
         return self if query == self.query else replace(self, query=query, _read={})
+
+
+rules.register("question_date", 'a date the question writes is its subject, its day as much as its month and year ("as of June 30, 2023")',
+               "tests/test_checker.py::test_rule_a_date_the_question_writes_is_its_subject_day_and_all",
+               pays_on="docs/experiments/2026-11-29-right-answers-held-back.md: fresh6 (held out) answers shown right 15 -> 16 of 36; fresh8 (fitted) right 10 -> 11, wrong 3 -> 4")
+_DAY_OF_MONTH = re.compile(rf"\b(?:{MONTHS})\.?\s+(\d{{1,2}})\b|\b(\d{{1,2}})\s+(?:{MONTHS})\b")
+
+
+def days_of_dates(text: str) -> set[str]:
+    """Rule: a date the question writes is its subject, its day as much as its month and year ("as of June 30, 2023").
+    The days of the dates ``text`` writes; none with the rule off.
+
+    days_of_dates("as of June 30, 2023, or 1 Jan 2024") -> {"30", "1"}
+    """
+    if not rules.on("question_date"):
+        return set()
+    return {day for match in _DAY_OF_MONTH.finditer(text) for day in match.groups() if day}
 
 
 def as_read(question: str | ParsedQuestion) -> ParsedQuestion:

@@ -62,6 +62,14 @@ YEAR_SPAN = re.compile(rf"\b({YEAR})\s*(?:-|–|/|\bto\b|\band\b)\s*({YEAR}|\d\d
 # A year however a question or filing writes it: "FY2019", "FY 19", "fiscal 2019", "fiscal year 2019", "2019"
 YEAR_WORDED = re.compile(rf"\b(?:{FY}(?P<short>\d{{2}})\b|(?:FY\s?|fiscal\s+(?:year\s+)?)?(?P<year>{YEAR})\b)", re.IGNORECASE)
 _FY_YEAR = re.compile(rf"\b{FY}({YEAR}|\d\d)\b", re.IGNORECASE)  # "FY19", "FY2019": the year a keyword search matches
+_YEAR_PREFIX = re.compile(rf"^{FY}$", re.IGNORECASE)  # the "FY" tokenize splits from "FY23"
+
+
+def dates_a_year(token: str) -> bool:
+    """Is ``token`` (tokenize's) a year or the "FY" that tokenize splits from one ("FY23" -> "fy", "2023")?"""
+    return bool(YEAR_TOKEN.match(token) or _YEAR_PREFIX.match(token))
+
+
 # A line or cell that is only a year: "2018", "fiscal 2018", "FY2018" (a statement's column head)
 _YEAR_LINE = re.compile(rf"^(?:fiscal |fy\s?)?({YEAR})$", re.IGNORECASE)
 # A column head that is a period: "2018", "FY2023", "Fiscal 2022", "December 31, 2018", "Q4 2022"

@@ -285,6 +285,10 @@ def test_words_pointing_at_the_source_need_not_be_on_it():
     [stated] = checker.verify_answer("Press and hold to lock or unlock the screen, as stated in the document [1].", [watch],
                                      "How do I lock the screen during a workout?")
     assert stated.supported and stated.citations[0].verified
+    line = _hit("We ended production of the 747 wide-body model in 2022.", 3)
+    [preamble] = checker.verify_answer("Based on the PDF document, we ended production of the 747 "
+                                       "wide-body model in 2022 [1].", [line], "Which model did Boeing end in 2022?")
+    assert preamble.supported
 
 
 def test_a_restated_question_is_backed_by_its_answer_standing_beside_what_was_asked():
@@ -500,6 +504,63 @@ def test_rule_a_page_by_position_says_where_to_look_not_a_rank():
 def test_rule_a_sentence_is_backed_by_a_passage_that_holds_most_of_its_words():
     [checked] = checker.verify_answer("The railway reached the town in 1889 [1].", [_hit("The railway reached the town in 1889.", 3)])
     assert checked.supported and checked.citations[0].verified
+
+
+def test_rule_a_word_the_question_asks_is_asked_in_any_of_its_forms():
+    question = "Which wide-body airplane model did Boeing stop producing in 2022?"
+    line = Hit(id="b", collection="c", doc_name="BOEING_2022_10K.pdf", page=35, start=0, end=55,
+               text="We ended production of the 747 wide-body model in 2022.")
+    said = "Boeing stopped producing the 747 wide-body model in 2022 [1]."
+    assert checker.verify_answer(said, [line], question)[0].supported  # "stopped producing" restates the question; 747 is on the line
+    with rules.off({"question_words_any_form"}):
+        assert not checker.verify_answer(said, [line], question)[0].supported  # "stopped" would be a claim the line lacks
+    assert checker.verify_answer(said.replace("747", "777"), [line], question)[0].supported is False  # what it adds is not there
+    assert checker.verify_answer("Boeing stopped producing a wide-body airplane model in 2022 [1].", [line], question)[0].supported is False
+    assert checker.word_form("stopped") == checker.word_form("stops") == checker.word_form("stop")
+
+
+def test_rule_a_documents_file_name_names_its_subject_beside_any_line():
+    question = "Which wide-body airplane model did Boeing stop producing in 2022?"
+    text = "We ended production of the 747 wide-body model in 2022."
+    assert checker.answer_beside_question("Boeing stopped producing the 747.", text, question, "BOEING_2022_10K.pdf")
+    assert not checker.answer_beside_question("Boeing stopped producing the 747.", text, question, "AIRBUS_2022.pdf")
+    with rules.off({"file_name_names"}):
+        assert not checker.answer_beside_question("Boeing stopped producing the 747.", text, question, "BOEING_2022_10K.pdf")
+    assert checker.file_names("health", "CVSHEALTH_2022_10K.pdf") and checker.file_names("mill", "GENERALMILLS_2022_10K.pdf")
+    assert not checker.file_names("s", "CVSHEALTH_2022_10K.pdf")  # too short to tell
+
+
+def test_rule_a_date_the_question_writes_is_its_subject_day_and_all():
+    question = "What share of Amcor's workforce was covered by collective bargaining agreements as of June 30, 2023?"
+    line = [Hit(id="a", collection="c", doc_name="AMCOR_2023_10K.pdf", page=12, start=0, end=70,
+                text="Collective bargaining agreements cover approximately 45% of our workforce.")]
+    said = "45% of Amcor's workforce was covered by collective bargaining agreements as of June 30, 2023 [1]."
+    assert checker.verify_answer(said, line, question)[0].supported  # the asked date is the question's, not a claim
+    with rules.off({"question_date"}):
+        assert not checker.verify_answer(said, line, question)[0].supported  # "30" would be a figure the line lacks
+    assert checker.verify_answer(said.replace("45%", "54%"), line, question)[0].supported is False
+    assert checker.verify_answer(said.replace("June 30", "June 29"), line, question)[0].supported is False  # a day not asked
+    assert checker.date_word("fy") and checker.date_word("2023") and checker.date_word("june") and not checker.date_word("amcor")
+    goal = "Reduce carbon emissions 75% by 2030 (over a 2009 baseline) and become carbon neutral by 2040."
+    asked = "By what year does Best Buy aim to become carbon neutral, according to its FY23 annual report?"
+    assert checker.answer_beside_question("By 2040, according to its FY23 annual report.", goal, asked, "BESTBUY_2023_10K.pdf")
+    # (the FY23 of the question is its date, "Best" of Best Buy no rank, Best Buy the file's name)
+
+
+def test_rule_a_bare_figure_is_said_of_what_the_question_asks():
+    question = "How much revenue did Corning make from Gorilla Glass in 2021, in USD millions?"
+    row = [_hit("Specialty Materials · Corning® Gorilla® Glass · 2021: 1,403 · 2020: 1,420 · 2019: 1,180 · (in millions)", 60),
+           _hit("Display Technologies · 2021: 3,700 · 2020: 3,172", 60)]
+    [bare] = checker.verify_answer("1,403 million [1]", row, question)
+    assert bare.supported  # short as it is, it claims the figure, and the figure is the asked row's
+    assert checker.verify_answer("1,420 million [1]", row, question)[0].supported is False  # another year's column
+    assert checker.verify_answer("3,700 million [2]", row, question)[0].supported is False  # another row
+    assert checker.verify_answer("Yes [1].", row, question)[0].supported is None  # a short sentence without a figure is not judged
+    assert not checker.verify_answer('["1,403", "1,420"]', row, question)[0].supported  # a list is no bare answer
+    with rules.off({"bare_answer"}):
+        assert not checker.verify_answer("1,403 million [1]", row, question)[0].supported
+    assert checker.bare_figure("62% [L1]") and checker.bare_figure("15 minutes [L1]") and checker.bare_figure("$317 million")
+    assert not checker.bare_figure("5.") and not checker.bare_figure("5 and 7") and not checker.bare_figure("15 minutes of music")
 
 
 def test_rule_a_calculation_line_is_not_judged_as_a_claim():
