@@ -268,6 +268,7 @@ class Answer:
     prompt_tokens: int | None = None  # the prompt the model read, in its tokens
     completion_tokens: int | None = None  # the reply it wrote: the model's own count, else its streamed chunks
     cached_prompt_tokens: int | None = None  # of prompt_tokens, those the model reused from its prompt cache (not read again)
+    model_reply: str = ""  # the reply as the model wrote it, before the app held it back or replaced it (for evaluation)
 
     def usage(self) -> dict:
         """OpenAI's ``usage`` of the answering call: the tokens the model read and wrote (0 when no model wrote
@@ -555,7 +556,7 @@ def the_model(turn: Turn) -> AnswerStream:
     reply = model_reply(turn, reading.build_messages(turn.asked, sources, turn.history, as_lines, turn.instructions, refuses_for_model))
     reply = echoes.echo_free(reply, echoes.prompt_openings(turn.instructions))  # no line of the prompt in the answer
     if refuses_for_model:
-        reply = backed_or_nearest(calc.without_results(reply), turn)
+        reply = backed_or_nearest(calc.without_results(reply), sources, turn.parsed)
     else:
         reply = calc.without_results(refusal_held_back(reply, refusal_for(turn)))
     return AnswerStream(with_worked_out(turn, reply), checked_by(turn), turn.answer.evidence)
@@ -611,6 +612,7 @@ def model_reply(turn: Turn, messages: list[BaseMessage]) -> Iterator[str]:
                 turn.stage("Writing…")
             yield chunk.content
             text += chunk.content
+            answer.model_reply = text
             if runs_away(text):
                 log.warning("The reply repeats itself; stopped after %d characters", len(text))
                 return
@@ -660,21 +662,21 @@ def answered_in_the_lines_language(turn: Turn) -> bool:
     return all(turn.retriever.language(collection) == asked for collection in {line.collection for line in turn.answer.sources})
 
 
-def backed_or_nearest(reply: Iterator[str], turn: Turn) -> Iterator[str]:
+def backed_or_nearest(reply: Iterator[str], lines: list[Hit], question: ParsedQuestion) -> Iterator[str]:
     """Rule: a model reading the lines is not offered a refusal: its answer shows once a sentence of it is backed by
     the line it cites, and when none is, the lines are said to be the nearest found.
 
     Offered a refusal, the 1.5B model took it beside the line that answers; offered none, it answers, and often
     wrongly where no line says it (an unanswerable question gets a figure). The checker tells them apart: the reply
-    is held until a whole sentence of it is backed by its line (checker.verify_answer), then streams on. Each sentence
-    is checked once, when it is whole (the last one when the reply ends)."""
+    is held until a whole sentence of it is backed by its line (checker.verify_answer: [L1] is ``lines[0]``), then streams
+    on. Each sentence is checked once, when it is whole (the last one when the reply ends)."""
     held, checked = "", set()
 
     def new_sentence_backed(ended: bool) -> bool:
         sentences = checker.split_sentences(held)
         fresh = [s for s in (sentences if ended else sentences[:-1]) if s not in checked]  # the last may still be growing
         checked.update(fresh)
-        return bool(fresh) and any(s.supported for s in verify_answer(" ".join(fresh), turn.answer.sources, turn.parsed))
+        return bool(fresh) and any(s.supported for s in verify_answer(" ".join(fresh), lines, question))
 
     for piece in reply:
         held += piece

@@ -7,6 +7,8 @@
     python -m evaluation.eval_answers --backend openai [--model NAME] [--base-url URL] [...]   (one model on a server)
     python -m evaluation.eval_answers --recheck rows.jsonl [--labels judgments.jsonl]
     python -m evaluation.eval_answers --replay rows.jsonl... [--in-context] [--models ...] [--out replayed.jsonl]
+    python -m evaluation.eval_answers --regate rows.jsonl... [--verdicts verdicts.jsonl] [--rules-off NAME...]
+        (no LLM: the stored replies, each judged once, that today's checker would show: qa.backed_or_nearest)
 
 Data flow: a fixed, seeded sample of answerable and unanswerable questions ->
 ingest their PDFs (cached in the evaluation store) -> for each model, qa.ask
@@ -71,6 +73,7 @@ import embedders
 import eval_retrieval
 import ingest
 import models
+import prompts
 import qa
 import reading
 import rules
@@ -209,7 +212,7 @@ def median(values: list[float | None], digits: int) -> float | None:
 
 def rows_hits(row: dict) -> list[Hit]:
     """The passages a stored answer was checked against, rebuilt as Hits ([1] first)."""
-    return [Hit(id=str(s["n"]), collection="c", doc_name="doc", page=s["page"], start=0, end=len(s["text"]), text=s["text"],
+    return [Hit(id=str(s["n"]), collection="c", doc_name=row.get("doc", "doc"), page=s["page"], start=0, end=len(s["text"]), text=s["text"],
                 trace={**({"semantic_score": s["similarity"]} if s.get("similarity") is not None else {}),
                        **{key: s[key] for key in ("kind", "label") if s.get(key)}})  # a line read as a row keeps its label
             for s in row["sources"]]
@@ -307,9 +310,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="ask each question once per context, in turn (order alternating), in one run: "
                              "what the model reads (default: what suits the model, reading.what_model_reads); with passages, no cell is read in code either")
     parser.add_argument("--replay", type=Path, nargs="+", help="re-ask the passages stored in these rows with today's prompts")
+    parser.add_argument("--regate", type=Path, nargs="+",
+                        help="no LLM: which stored model replies (rows read from lines) today's app would show, and what they were")
+    parser.add_argument("--verdicts", type=Path, help="with --regate: each reply's verdict, judged blind ({question, verdict})")
+    parser.add_argument("--rules-off", nargs="+", default=[], help="with --regate: these rules switched off (rules.py)")
     parser.add_argument("--in-context", action="store_true",
                         help="with --replay: only unanswerable questions and those whose answer reached the model")
     args = parser.parse_args(argv)
+    if args.regate:
+        with rules.off(args.rules_off):
+            return regate(args.regate, args.verdicts)
     if args.replay:
         return replay(args.replay, args.questions, model_choices(args), args.in_context, args.out, args.base_url)
     if args.recheck:
@@ -353,6 +363,7 @@ def main(argv: list[str] | None = None) -> int:
                     "model_label": label,
                     "written_by": answer.model,
                     "question": q["question"],
+                    "doc": q["doc"],
                     "gold": q.get("answer"),
                     "answerable": bool(q["pages"]),
                     "category": q["category"],
@@ -368,6 +379,7 @@ def main(argv: list[str] | None = None) -> int:
                     "cached_prompt_tokens": answer.cached_prompt_tokens,
                     "evidence_lines": [{"page": h.page, "text": h.text} for h in answer.evidence],
                     "answer": answer.text,
+                    "model_reply": answer.model_reply,  # before the app held it back (replayed by --regate)
                     "refused": answer.refused,
                     "correct": is_correct(q, answer.text, answer.refused),
                     "citations": [
@@ -476,6 +488,31 @@ def recheck(rows_path: Path, labels_path: Path, pairs_out: Path | None, question
                                                      / max(sum(p["verified"] for p in shown), 1), 3),
                   **citation_precision(shown, labels), **tick_recall(mine, labels)}
         print(model, json.dumps(report, ensure_ascii=False))
+    return 0
+
+
+# -----------------------------------------------------------------------------
+# Replaying stored replies: which of them today's app would show (qa.backed_or_nearest), no model call
+
+
+def shown_today(row: dict) -> bool:
+    """Would today's app show this stored reply, written reading lines (``model_reply`` and its ``sources``), or say
+    the lines are the nearest found? The app's own gate decides, on the reply as the model wrote it."""
+    reply = qa.backed_or_nearest(iter([row["model_reply"]]), rows_hits(row), parse_question(row["question"]))
+    return "".join(reply) != prompts.NEAREST_LINES
+
+
+def regate(rows_paths: list[Path], verdicts_path: Path | None) -> int:
+    """Count, for the stored replies of ``rows_paths``, those today's app shows by their verdict (right, partly, wrong,
+    no answer: judged blind on the reply alone, ``verdicts_path``) and those it holds back; answerable and not apart.
+    A checker change is so measured on the very replies the model wrote, each judged once."""
+    verdicts = {v["question"]: v["verdict"] for v in read_rows(verdicts_path)} if verdicts_path else {}
+    tally: dict[str, dict[str, int]] = {}
+    for row in (row for path in rows_paths for row in read_rows(path) if row.get("model_reply")):
+        outcome = verdicts.get(row["question"], "shown") if shown_today(row) else "nearest lines"
+        counts = tally.setdefault("answerable" if row["answerable"] else "unanswerable", {})
+        counts[outcome] = counts.get(outcome, 0) + 1
+    print(json.dumps(tally, sort_keys=True))
     return 0
 
 

@@ -59,6 +59,24 @@ def test_a_sentence_judged_to_make_no_claim_is_left_out_of_the_labels(tmp_path):
     assert eval_answers.load_labels(path) == {eval_answers.pair_key(judged[0]): False}
 
 
+def test_regate_counts_the_stored_replies_todays_app_shows_by_their_verdict(tmp_path, capsys):
+    line = {"n": 1, "page": 35, "text": "We ended production of the 747 wide-body model in 2022.", "kind": "sentence"}
+    asked = "Which wide-body airplane model did Boeing stop producing in 2022?"
+    rows = [{"question": asked, "doc": "BOEING_2022_10K.pdf", "answerable": True, "sources": [line],
+             "model_reply": "Boeing stopped producing the 747 wide-body model in 2022. [L1]"},
+            {"question": asked + " ", "doc": "BOEING_2022_10K.pdf", "answerable": True, "sources": [line],
+             "model_reply": "Boeing stopped producing the 777 wide-body model in 2022. [L1]"},
+            {"question": "How many 787s did Boeing deliver?", "doc": "BOEING_2022_10K.pdf", "answerable": False, "sources": [line],
+             "model_reply": "Boeing delivered 31 airplanes. [L1]"}]
+    stored, verdicts = tmp_path / "rows.jsonl", tmp_path / "verdicts.jsonl"
+    stored.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    verdicts.write_text(json.dumps({"question": asked, "verdict": "right"}) + "\n")
+    assert eval_answers.main(["--regate", str(stored), "--verdicts", str(verdicts)]) == 0
+    assert json.loads(capsys.readouterr().out) == {"answerable": {"right": 1, "nearest lines": 1}, "unanswerable": {"nearest lines": 1}}
+    eval_answers.main(["--regate", str(stored), "--verdicts", str(verdicts), "--rules-off", "question_words_any_form"])
+    assert json.loads(capsys.readouterr().out)["answerable"] == {"nearest lines": 2}  # "stopped" no longer restates "stop"
+
+
 def test_answer_summary_reports_evidence_shown_when_refused_and_median_times():
     def row(evidence, refused, evidence_seconds, first_token_seconds):
         return {"answerable": evidence != "unanswerable", "correct": False, "refused": refused, "citations": [], "seconds": 9.0,

@@ -362,7 +362,7 @@ def test_a_backed_answer_streams_on_from_its_first_backed_sentence(facts, llm):
             read.append(piece)
             yield piece
 
-    stream = qa.backed_or_nearest(reply(), turn)
+    stream = qa.backed_or_nearest(reply(), turn.answer.sources, turn.parsed)
     assert next(stream) == "The railway reached the town in 1889 [L1]. Trains took nine hours" and len(read) == 3
     assert list(stream) == [" [L1]."]
 
