@@ -113,7 +113,7 @@ def is_period_cell(cell: str) -> bool:
 # -----------------------------------------------------------------------------
 # Numbers
 
-_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")  # loose: "3,02,16,492" (Indian grouping) and "3.5" alike
+_NUMBER = re.compile(r"(?<![\w.])\.\d+|\d+(?:[.,]\d+)*")  # loose: "3,02,16,492" (Indian grouping), "3.5" and ".60" alike
 # A figure as a calculation writes it, thousands grouped by three: "1,577.5", ".5" (calc.py reads values with it)
 FIGURE_IN_FORMULA = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)?|\.\d+")
 # A line of figures only, as a table cell printed one per line: "$", "59,268", "(310)", "15.6%", "—"
@@ -123,8 +123,9 @@ FIGURE_CELL = re.compile(r"^\$?\s*(\(?-?[\d,]+(?:\.\d+)?\)?|—|-)\s*\$?\s*%?$")
 
 
 def numbers_in(text: str) -> set[str]:
-    """Numbers without their thousands separators: numbers_in("3,200 tonnes in 1911 (3.5%)") -> {"3200", "1911", "3.5"}"""
-    return {n.replace(",", "").rstrip(".") for n in _NUMBER.findall(text)}
+    """Numbers without their thousands separators: numbers_in("3,200 tonnes in 1911 (3.5%)") -> {"3200", "1911", "3.5"};
+    a fraction written without its leading zero is the same figure: numbers_in("drops .60 inches") -> {"0.60"}"""
+    return {("0" + n if n.startswith(".") else n.replace(",", "").rstrip(".")) for n in _NUMBER.findall(text)}
 
 
 # -----------------------------------------------------------------------------

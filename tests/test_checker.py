@@ -563,6 +563,13 @@ def test_rule_a_bare_figure_is_said_of_what_the_question_asks():
     assert not checker.bare_figure("5.") and not checker.bare_figure("5 and 7") and not checker.bare_figure("15 minutes of music")
 
 
+def test_a_figure_written_without_its_leading_zero_is_the_same_figure():
+    springs = [_hit("Unique coil springs not only drop the vehicle .60 inches for a lower center of gravity.", 20)]
+    question = "By how much do the Camry TRD's unique coil springs drop the vehicle?"
+    assert checker.verify_answer("The Camry TRD's unique coil springs drop the vehicle by 0.60 inches [1].", springs, question)[0].supported
+    assert not checker.verify_answer("The Camry TRD's unique coil springs drop the vehicle by 60 inches [1].", springs, question)[0].supported
+
+
 def test_rule_a_calculation_line_is_not_judged_as_a_claim():
     tweets = [_hit("Germanwings 24 tweets\nLufthansa 12 tweets", 4)]
     [calculation] = checker.verify_answer("Calculation: 24 - 12 = 12", tweets, "How many more tweets did Germanwings post?")
