@@ -164,14 +164,16 @@ rules.register("overlap_measure", "a sentence is backed by a passage that holds 
                        "11/12 -> 0/12 switched off")
 rules.register("question_words_any_form", 'a word the question asks is asked in any of its forms ("stop", "stopped"): restating '
                "it adds nothing the page must hold", _TEST + "test_rule_a_word_the_question_asks_is_asked_in_any_of_its_forms",
-               pays_on="docs/experiments/2026-11-29-right-answers-held-back.md: 28 judged answer files, ✓ judged right 256/334 -> 259/337 (none wrong added); fresh6 (held out) "
-                       "answers shown right 15 -> 16 of 36")
+               pays_on="docs/experiments/2026-11-29-right-answers-held-back.md: 28 judged answer files, ✓ judged right 256/334 -> 259/337 "
+                       "(none wrong added); fresh6 (held out) answers shown right 15 -> 16 of 36")
 rules.register("file_name_names", "a document's file name names its subject for every passage of it (\"BOEING_2022_10K.pdf\" names Boeing)",
                _TEST + "test_rule_a_documents_file_name_names_its_subject_beside_any_line",
-               pays_on="docs/experiments/2026-11-29-right-answers-held-back.md: fresh6 (held out) answers shown right 14 -> 16, wrong 0 -> 1; fresh7 (held out) right 9 -> 11 of 36")
+               pays_on="docs/experiments/2026-11-29-right-answers-held-back.md: fresh6 (held out) answers shown right 14 -> 16, wrong 0 -> 1; "
+                       "fresh7 (held out) right 9 -> 11 of 36")
 rules.register("bare_answer", 'a bare answer (a figure with at most its unit: "$317 million") is said of what the question asks',
                _TEST + "test_rule_a_bare_figure_is_said_of_what_the_question_asks",
-               pays_on="docs/experiments/2026-11-29-right-answers-held-back.md: fresh6 (held out) answers shown right 15 -> 16, wrong 0 -> 1; fresh8 (fitted) right 9 -> 11")
+               pays_on="docs/experiments/2026-11-29-right-answers-held-back.md: fresh6 (held out) answers shown right 15 -> 16, wrong 0 -> 1; "
+                       "fresh8 (fitted) right 9 -> 11")
 # how the text is read
 rules.register("abbreviations", 'an abbreviation\'s period ends no sentence ("Rs. 1,039 million", "Fig. 3", "e.g. this")', _TEST + "test_rule_an_abbreviation_does_not_end_a_sentence",
                pays_on="docs/experiments/2026-11-26-rules-registry.md: dev41 (fitted), ✓ recall 12/13 -> 10/11 switched off; "
@@ -913,7 +915,7 @@ def strangers(question: str | ParsedQuestion, sources: list[Hit]) -> set[str]:
     word alone ("Singaporean students") need not be a name a document prints; short codes ("FY") neither.
     A source's file name counts: a filing names its company in its statements' headings and seldom in
     its notes, and a passage is one chunk of a page, so many passages never name it ("ulta_beauty_q4.pdf"
-    names Ulta Beauty).
+    names Ulta Beauty, and with rule file_name_names "GENERALMILLS_2022_10K.pdf" names General Mills).
 
     strangers("Where are the plants of Apple Inc.?", [Hit(text="The Company's plant is at Andheri", ...)]) -> {"apple", "inc"}
     """

@@ -212,7 +212,8 @@ def median(values: list[float | None], digits: int) -> float | None:
 
 def rows_hits(row: dict) -> list[Hit]:
     """The passages a stored answer was checked against, rebuilt as Hits ([1] first)."""
-    return [Hit(id=str(s["n"]), collection="c", doc_name=row.get("doc", "doc"), page=s["page"], start=0, end=len(s["text"]), text=s["text"],
+    return [Hit(id=str(s["n"]), collection="c", doc_name=row.get("doc", "doc"), page=s["page"], start=0, end=len(s["text"]),
+                text=s["text"],
                 trace={**({"semantic_score": s["similarity"]} if s.get("similarity") is not None else {}),
                        **{key: s[key] for key in ("kind", "label") if s.get(key)}})  # a line read as a row keeps its label
             for s in row["sources"]]
