@@ -170,10 +170,6 @@ rules.register("file_name_names", "a document's file name names its subject for 
                _TEST + "test_rule_a_documents_file_name_names_its_subject_beside_any_line",
                pays_on="docs/experiments/2026-11-29-right-answers-held-back.md: fresh6 (held out) answers shown right 14 -> 16, wrong 0 -> 1; "
                        "fresh7 (held out) right 9 -> 11 of 36")
-rules.register("bare_answer", 'a bare answer (a figure with at most its unit: "$317 million") is said of what the question asks',
-               _TEST + "test_rule_a_bare_figure_is_said_of_what_the_question_asks",
-               pays_on="docs/experiments/2026-11-29-right-answers-held-back.md: fresh6 (held out) answers shown right 15 -> 16, wrong 0 -> 1; "
-                       "fresh8 (fitted) right 9 -> 11")
 # how the text is read
 rules.register("abbreviations", 'an abbreviation\'s period ends no sentence ("Rs. 1,039 million", "Fig. 3", "e.g. this")', _TEST + "test_rule_an_abbreviation_does_not_end_a_sentence",
                pays_on="docs/experiments/2026-11-26-rules-registry.md: dev41 (fitted), ✓ recall 12/13 -> 10/11 switched off; "
@@ -430,14 +426,6 @@ def _label_words(text: str, tokens: frozenset[str] | None = None) -> set[str]:
     return words | {"not"} if _NEGATION.search(text) else words
 
 
-def figure_said_of(claim: str, question: ParsedQuestion) -> set[str]:
-    """Rule: a bare answer (a figure with at most its unit: "$317 million") is said of what the question asks.
-    The words that say what ``claim``'s figures are: its own (``_label_words``), and the question's too when it is a bare
-    answer (``bare_figure``)."""
-    words = _label_words(claim)
-    return words | _label_words(question.query, question.words) if bare_figure(claim) else words
-
-
 @rules.switch("figure_in_place", stand_in=frozenset())
 def misplaced_figures(claim: str, passage: str, question: str | ParsedQuestion = "") -> set[str]:
     """Rule: a figure must stand in its passage beside the thing it is said of, and beside the claim's year.
@@ -449,7 +437,7 @@ def misplaced_figures(claim: str, passage: str, question: str | ParsedQuestion =
     misplaced_figures("Net income was 412", "| | 2023 |\n| Operating income | 412 |\n| Net income | 296 |") -> {"412"}
     """
     question = as_read(question)
-    words = figure_said_of(claim, question)
+    words = _label_words(claim)
     passage_years = years_in(passage)
     # the question's year is the subject, unless the passage names that year too (then it picks a column)
     years = years_in(claim) - (question.years_written - passage_years)
@@ -849,7 +837,7 @@ def answer_beside_question(claim: str, passage: str, question: str | ParsedQuest
     page_words = {word_form(w) for w in tokenize(passage)}
     on_page = asked & page_words
     # what picks the item ("Safety Connect"): a date the question writes is no item, nor a name its file name writes
-    names = {word_form(w) for w in question.name_tokens - {"s"} if not date_word(w)}
+    names = {word_form(w) for w in question.name_tokens - {"s"} - file_named(question, file_name) if not date_word(w)}
     names = {name for name in names if not file_names(name, file_name)}
     if not added or not on_page or not names <= page_words:
         return False
@@ -880,6 +868,17 @@ def file_names(word: str, file_name: str) -> bool:
     write ``word`` (a word form of three letters or more), its words run together or not ("GENERALMILLS" writes "mill")?
     Never with the rule off."""
     return rules.on("file_name_names") and len(word) >= 3 and word in re.sub(r"[^a-z0-9]+", "", file_name.lower())
+
+
+def file_named(question: ParsedQuestion, file_name: str) -> set[str]:
+    """The tokens of the names ``question`` writes whole in ``file_name`` (rule file_name_names): "10-K" is "10K" in
+    "BESTBUY_2019_10K.pdf", though neither "10" nor "k" alone tells it."""
+    if not rules.on("file_name_names"):
+        return set()
+    written = re.sub(r"[^a-z0-9]+", "", file_name.lower())
+    words = [w for w in WRITTEN_WORD.findall(question.query) if without_possessive(w.lower()) in question.names]
+    return {token for w in words if len(squashed := re.sub(r"[^a-z0-9]+", "", w.lower())) >= 3 and squashed in written
+            for token in tokenize(w)}
 
 
 def date_word(token: str) -> bool:
@@ -1013,19 +1012,6 @@ def support_scores(sentence: str, sources: list[Hit], question: str | ParsedQues
     return scores
 
 
-def bare_figure(sentence: str) -> bool:
-    """Is ``sentence`` a bare answer, one figure with at most its unit ("$317 million [L2]", "62%", "15 minutes")? Short as
-    it is, it claims the figure: it is judged (rule bare_answer), where a short sentence without one ("Yes.") is not, nor
-    a small number alone ("5.")."""
-    claim = strip_markers(sentence)
-    figures = numbers_in(claim)
-    unit = {without_s(w) for w in _label_words(claim)} - cells_module.FORM_WORDS  # "minutes" of "15 minutes"
-    # one figure: a list of them is read against a whole chart's values; a one- or two-digit number alone ("5.") is on
-    # most pages by chance, with its unit ("62%", "15 minutes") it is an answer
-    alone = len(figures) == 1 and re.fullmatch(r"\d{1,2}", next(iter(figures))) and not unit and "%" not in claim
-    return rules.on("bare_answer") and len(figures) == 1 and len(unit) <= 1 and not alone
-
-
 def verify_answer(answer: str, sources: list[Hit], question: str | ParsedQuestion = "") -> list[CheckedSentence]:
     """Check every sentence of ``answer`` to ``question`` against the numbered ``sources`` ([1] is sources[0]).
     ``question``: as qa.py read it (question.parse_question: the query, its instructions apart), or a text read whole."""
@@ -1043,7 +1029,7 @@ def verify_answer(answer: str, sources: list[Hit], question: str | ParsedQuestio
         # on dev677 and fresh_fb, whose 7 and 2 calculation lines (40 in 12 judged sets) would each be shown
         # ⚠ without it, the app's own arithmetic flagged as unbacked.
         arithmetic = rules.on("arithmetic_lines_unjudged") and calc.is_arithmetic_line(sentence)
-        if (len(tokenize(strip_markers(sentence))) < config.SUPPORT_MIN_WORDS and not bare_figure(sentence)) or arithmetic:
+        if len(tokenize(strip_markers(sentence))) < config.SUPPORT_MIN_WORDS or arithmetic:
             checked.append(CheckedSentence(sentence, [], None, fabricated))
             continue
         scores = support_scores(sentence, sources, question, unknown)
