@@ -4,7 +4,9 @@
                 -> parse_citations()     "[2][1, 3]" -> [2, 1, 3]
                 -> support_scores()      per passage: word overlap / SUPPORT_MIN_OVERLAP >= 1 backs,
                                          or the question restated plus an answer that stands on the
-                                         page beside what was asked (answer_beside_question);
+                                         page beside what was asked (answer_beside_question: the
+                                         question's words in any form, its date, and the names the
+                                         document's file name writes need not be on the page);
                                          0 when the sentence states a detail the passage lacks
                                          or holds only in the wrong place (unbacked_detail)
                 -> verify_answer()       CheckedSentence per sentence, with verified, co-cited
@@ -867,18 +869,24 @@ def file_names(word: str, file_name: str) -> bool:
     A filing prints its company's name on its cover and statements, seldom in the line that answers. Does ``file_name``
     write ``word`` (a word form of three letters or more), its words run together or not ("GENERALMILLS" writes "mill")?
     Never with the rule off."""
-    return rules.on("file_name_names") and len(word) >= 3 and word in re.sub(r"[^a-z0-9]+", "", file_name.lower())
+    return rules.on("file_name_names") and len(word) >= 3 and word in _run_together(file_name)
+
+
+def _run_together(text: str) -> str:
+    """``text`` lower-cased, only its letters and digits: "BESTBUY_2019_10K.pdf" -> "bestbuy201910kpdf"."""
+    return re.sub(r"[^a-z0-9]+", "", text.lower())
 
 
 def file_named(question: ParsedQuestion, file_name: str) -> set[str]:
     """The tokens of the names ``question`` writes whole in ``file_name`` (rule file_name_names): "10-K" is "10K" in
-    "BESTBUY_2019_10K.pdf", though neither "10" nor "k" alone tells it."""
+    "BESTBUY_2019_10K.pdf", though neither "10" nor "k" alone tells it. (routing.file_named_runs reads the file's
+    name for search: capitalised runs and its words of three letters, so neither "10-K" nor "CVS Health"; widening it
+    would move retrieval.)"""
     if not rules.on("file_name_names"):
         return set()
-    written = re.sub(r"[^a-z0-9]+", "", file_name.lower())
+    written = _run_together(file_name)
     words = [w for w in WRITTEN_WORD.findall(question.query) if without_possessive(w.lower()) in question.names]
-    return {token for w in words if len(squashed := re.sub(r"[^a-z0-9]+", "", w.lower())) >= 3 and squashed in written
-            for token in tokenize(w)}
+    return {token for w in words if len(name := _run_together(w)) >= 3 and name in written for token in tokenize(w)}
 
 
 def date_word(token: str) -> bool:
