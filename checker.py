@@ -52,6 +52,7 @@ their predecessors, each marked fitted or held out in evaluation/README.md): ``e
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import functools
 import itertools
 import re
@@ -67,7 +68,7 @@ import rules
 from pages import page_lines, row_cells, row_label
 from question import ParsedQuestion, as_read
 from text_utils import (CODE, FIGURES_LINE, NAME_RUN, REFERENCE, WRITTEN_WORD, YEAR_SPAN, YEAR_TOKEN, dates_a_year, is_table_row,
-                        months_in, names_in, numbers_in, one_year_spans, sentence_spans, table_cells, tokenize, without_possessive,
+                        months_in, names_in, number_words_as_digits, numbers_in, one_year_spans, sentence_spans, table_cells, tokenize, without_possessive,
                         without_s, years_in)
 
 if TYPE_CHECKING:
@@ -172,7 +173,16 @@ rules.register("file_name_names", "a document's file name names its subject for 
                _TEST + "test_rule_a_documents_file_name_names_its_subject_beside_any_line",
                pays_on="docs/experiments/2026-11-29-right-answers-held-back.md: answers shown right, held out: fresh6 13 -> 15, "
                        "fresh7 9 -> 11, fresh9 15 -> 17, fresh10 12 -> 14 of 36; wrong 0 -> 1 on fresh10 only")
+rules.register("bare_figure_points_at_its_line", "a bare answer (a figure with at most its unit) points at the line it cites: "
+               "backed where that line prints the figure in place, of the kind asked (a share a percentage, a count none)",
+               _TEST + "test_rule_a_bare_figure_is_backed_by_the_line_it_cites",
+               pays_on="docs/experiments/2026-11-29-bare-figures-and-numbers-in-words.md: fresh11 (held out), answers shown right 7 -> 9 "
+                       "and partly 1 -> 3 of 36, wrong 3 -> 3; fitted on fresh4-10, +10 right, +1 wrong")
 # how the text is read
+rules.register("figures_in_words", 'a number written in words is the figure its digits write ("seven working days" backs "7 working days")',
+               _TEST + "test_rule_a_number_in_words_is_the_figure_its_digits_write",
+               pays_on="docs/experiments/2026-11-29-bare-figures-and-numbers-in-words.md: fresh11 (held out), answers shown partly "
+                       "2 -> 3 of 36, none wrong; fitted (fresh4-10) right +3, partly +2; judged ✓ unchanged, 259/337")
 rules.register("abbreviations", 'an abbreviation\'s period ends no sentence ("Rs. 1,039 million", "Fig. 3", "e.g. this")', _TEST + "test_rule_an_abbreviation_does_not_end_a_sentence",
                pays_on="docs/experiments/2026-11-26-rules-registry.md: dev41 (fitted), ✓ recall 12/13 -> 10/11 switched off; "
                        "re-run 2026-11-28: pays on 8 dev sets (sample60 recall 8/12 -> 7/10)")
@@ -856,6 +866,35 @@ def answer_beside_question(claim: str, passage: str, question: str | ParsedQuest
     return False
 
 
+# a question that asks a share wants a percentage; one that asks how many wants a count, never a percentage
+_ASKS_SHARE = re.compile(r"\b(?:percent(?:age)?s?|shares?|proportions?|portions?|fractions?)\b", re.I)
+_ASKS_COUNT = re.compile(r"\bhow many\b", re.I)
+_PERCENT = re.compile(r"%|\bpercent\b", re.I)
+
+
+@rules.switch("bare_figure_points_at_its_line", stand_in=False)
+def bare_figure_backed(claim: str, passage: str, question: str | ParsedQuestion = "") -> bool:
+    """Rule: a bare answer (a figure with at most its unit) points at the line it cites: backed where that line prints
+    the figure in place, of the kind asked (a share a percentage, a count none).
+    Too short to be judged by its words ("60% [L1]"), a bare figure is the model pointing at its line: the line must
+    print every figure of it, where the figure is said (``unbacked_detail``), and the figure must be of the kind the
+    question asks. Only the line it cites can back it: nothing is inferred for a reply this short.
+
+    bare_figure_backed("60% [L1]", "Among GOP-leaning independents, a 60% majority favors legalizing marijuana.",
+                       "What share of GOP-leaning independents favor legalizing marijuana?") -> True
+    """
+    question = as_read(question)
+    claim = strip_markers(claim)
+    figures = numbers_in(claim) - subject_figures(question)
+    # a figure without words is placed by what it answers: the question's words, said with it
+    if not figures or not figures <= numbers_in(passage) or unbacked_detail(f"{question.query} {claim}", passage, question):
+        return False
+    percent = bool(_PERCENT.search(claim))
+    if _ASKS_COUNT.search(question.query):
+        return not percent
+    return percent or not _ASKS_SHARE.search(question.query)
+
+
 def word_form(token: str) -> str:
     """Rule: a word the question asks is asked in any of its forms ("stop", "stopped"): restating it adds nothing the
     page must hold. A token as its forms share it: an English word's Snowball stem ("stopped", "stops" -> "stop"),
@@ -1028,9 +1067,11 @@ def verify_answer(answer: str, sources: list[Hit], question: str | ParsedQuestio
     if not sentences or not sources:
         return [CheckedSentence(s, [], None) for s in sentences]
     unknown = strangers(question, sources)
+    sources = in_digits(sources)
     checked = []
-    for sentence in sentences:
-        cited = parse_citations(sentence)
+    for said in sentences:
+        cited = parse_citations(said)
+        sentence = in_digits_as_asked(said, question)
         fabricated = [n for n in cited if not 1 <= n <= len(sources)]
         # Rule: a calculation line is arithmetic that calc.py works out, not a claim a page could back.
         # No judged ✓ rests on it (no person is asked to judge a line the checker leaves unjudged); it pays
@@ -1038,7 +1079,10 @@ def verify_answer(answer: str, sources: list[Hit], question: str | ParsedQuestio
         # ⚠ without it, the app's own arithmetic flagged as unbacked.
         arithmetic = rules.on("arithmetic_lines_unjudged") and calc.is_arithmetic_line(sentence)
         if len(tokenize(strip_markers(sentence))) < config.SUPPORT_MIN_WORDS or arithmetic:
-            checked.append(CheckedSentence(sentence, [], None, fabricated))
+            pointed = [] if arithmetic else [
+                Citation(n, sources[n - 1].doc_name, sources[n - 1].page, sources[n - 1].collection, True)
+                for n in cited if 1 <= n <= len(sources) and bare_figure_backed(sentence, sources[n - 1].text, question)]
+            checked.append(CheckedSentence(said, pointed, True if pointed else None, fabricated))
             continue
         scores = support_scores(sentence, sources, question, unknown)
         citations = [
@@ -1054,5 +1098,22 @@ def verify_answer(answer: str, sources: list[Hit], question: str | ParsedQuestio
                 hit = sources[best]
                 citations.append(Citation(best + 1, hit.doc_name, hit.page, hit.collection, True, inferred=True))
         supported = any(c.verified for c in citations)
-        checked.append(CheckedSentence(sentence, citations, supported, fabricated))
+        checked.append(CheckedSentence(said, citations, supported, fabricated))
     return checked
+
+
+def in_digits(sources: list[Hit]) -> list[Hit]:
+    """Rule: a number written in words is the figure its digits write ("seven working days" backs "7 working days").
+    The sources as the checker reads them: their numbers in words written in digits (``text_utils.number_words_as_digits``),
+    as each sentence is read (``in_digits_as_asked``). With the rule off, the sources as they are."""
+    if not rules.on("figures_in_words"):
+        return sources
+    return [dataclasses.replace(hit, text=number_words_as_digits(hit.text)) for hit in sources]
+
+
+def in_digits_as_asked(sentence: str, question: ParsedQuestion) -> str:
+    """A sentence as the checker reads it: its numbers in words written in digits, but for those the question writes
+    ("the two plants" restates "Where are the two plants?": no figure the page must print). With the rule off, as it is."""
+    if not rules.on("figures_in_words"):
+        return sentence
+    return number_words_as_digits(sentence, keep=question.words)

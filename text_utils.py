@@ -43,7 +43,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from functools import lru_cache
-from typing import Callable
+from typing import Callable, Iterable
 
 import config
 import language as languages
@@ -126,6 +126,28 @@ def numbers_in(text: str) -> set[str]:
     """Numbers without their thousands separators: numbers_in("3,200 tonnes in 1911 (3.5%)") -> {"3200", "1911", "3.5"};
     a fraction written without its leading zero is the same figure: numbers_in("drops .60 inches") -> {"0.60"}"""
     return {("0" + n if n.startswith(".") else n.replace(",", "").rstrip(".")) for n in _NUMBER.findall(text)}
+
+
+_UNITS = "two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen".split()
+_TENS = "twenty thirty forty fifty sixty seventy eighty ninety".split()
+_NUMBER_WORD_VALUES = {"one": 1} | {w: i for i, w in enumerate(_UNITS, 2)} | {w: 10 * i for i, w in enumerate(_TENS, 2)}
+# "one" alone is left as it is: far more often a pronoun ("one of our plants") than a count; "twenty-one" is 21
+_NUMBER_WORD = re.compile(r"\b(" + "|".join(_TENS) + r")(?:[- ](one|" + "|".join(_UNITS[:8]) + r"))?\b|\b(" + "|".join(_UNITS) + r")\b",
+                          re.IGNORECASE)
+
+
+def number_words_as_digits(text: str, keep: Iterable[str] = ()) -> str:
+    """Numbers written in words, written in digits: "seven working days, twenty-five sites" -> "7 working days, 25 sites";
+    the words of ``keep`` (lower-case) stay as they are."""
+    kept = {word.lower() for word in keep}
+
+    def digits(match: re.Match) -> str:
+        if match.group(0).lower() in kept:
+            return match.group(0)
+        tens, unit, alone = match.groups()
+        return str(_NUMBER_WORD_VALUES[alone.lower()] if alone else
+                   _NUMBER_WORD_VALUES[tens.lower()] + (_NUMBER_WORD_VALUES[unit.lower()] if unit else 0))
+    return _NUMBER_WORD.sub(digits, text)
 
 
 # -----------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import rules
 from conftest import INCOME_TABLE
 from question import parse_question
 from records import Hit
+from text_utils import number_words_as_digits
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -648,3 +649,49 @@ def test_the_checker_reads_its_question_once_however_many_sentences_and_sources(
 
     once = readings(sentence)
     assert once == readings(sentence * 4) and once.count("tokenize") == 1
+
+
+def test_rule_a_bare_figure_is_backed_by_the_line_it_cites():
+    share = "What share of GOP-leaning independents favor legalizing marijuana, according to Pew?"
+    line = Hit(id="p", collection="c", doc_name="Independents-Report.pdf", page=30, start=0, end=80,
+               text="Among GOP-leaning independents, a 60% majority favors legalizing marijuana.")
+    other = Hit(id="q", collection="c", doc_name="Independents-Report.pdf", page=31, start=0, end=60,
+                text="Democrats (68%) favor legalizing marijuana; Republicans are divided.")
+    checked = checker.verify_answer("60% [L1]", [line, other], share)[0]
+    assert checked.supported and [c.number for c in checked.citations] == [1]
+    assert checker.verify_answer("60% [L2]", [line, other], share)[0].supported is None  # its line does not print it
+    assert checker.verify_answer("60%", [line, other], share)[0].supported is None  # nothing is inferred for a bare reply
+    assert checker.verify_answer("68% [L1]", [line, other], share)[0].supported is None  # not on the line it cites
+    with rules.off({"bare_figure_points_at_its_line"}):
+        assert checker.verify_answer("60% [L1]", [line, other], share)[0].supported is None
+    # of the kind asked: a share is a percentage, a count is none
+    assert not checker.bare_figure_backed("60 [L1]", line.text, share)
+    baselines = "How many baselines does ProgramFC outperform?"
+    programfc = "On HOVER, ProgramFC outperforms the 7 baselines on average by 10.38%."
+    assert checker.bare_figure_backed("7 baselines [L1]", programfc, baselines)
+    assert not checker.bare_figure_backed("10.38% [L1]", programfc, baselines)
+    # placed by the question's words: a figure said of another thing on the same line is not the one asked
+    states = "New Jersey's operating revenue was $753 million. Pennsylvania's operating revenue was $451 million."
+    assert checker.bare_figure_backed("$753 million", states, "What operating revenue did New Jersey generate?")
+    assert not checker.bare_figure_backed("$451 million", states, "What operating revenue did New Jersey generate?")
+    assert not checker.bare_figure_backed("Yes", line.text, share)  # no figure: nothing to point at
+
+
+def test_rule_a_number_in_words_is_the_figure_its_digits_write():
+    question = "How far ahead of an ITC Board meeting are the agenda papers usually sent out?"
+    line = Hit(id="i", collection="c", doc_name="itc_report.pdf", page=9, start=0, end=70,
+               text="Agenda papers are generally circulated seven working days prior to the Board meeting.")
+    said = "7 working days prior to the Board meeting. [L1]"
+    assert checker.verify_answer(said, [line], question)[0].supported
+    assert checker.verify_answer(said.replace("7", "8"), [line], question)[0].supported is False
+    assert checker.verify_answer(said, [line], question)[0].text == said  # the sentence is shown as said
+    with rules.off({"figures_in_words"}):
+        assert checker.verify_answer(said, [line], question)[0].supported is False
+    # a number the question writes is restated, no figure the page must print
+    plants = Hit(id="g", collection="c", doc_name="gpi_report.pdf", page=3, start=0, end=90,
+                 text="The Company's plant is situated at Andheri (Mumbai) and the other one is located at Guldhar (Ghaziabad).")
+    assert checker.verify_answer("The two plants are located at Andheri (Mumbai) and Guldhar (Ghaziabad). [L1]", [plants],
+                                 "Where are the two plants of the company located?")[0].supported
+    assert number_words_as_digits("seven days, twenty-five sites, Ninety nine") == "7 days, 25 sites, 99"
+    assert number_words_as_digits("the two plants, six councils", keep={"two"}) == "the two plants, 6 councils"
+    assert number_words_as_digits("one of our plants") == "one of our plants"  # "one" alone is mostly a pronoun

@@ -337,20 +337,25 @@ def test_rule_an_answer_shows_once_a_sentence_is_backed_by_its_line(facts, ollam
         assert prompts.LINES_REFUSAL_RULE.strip() in ollama_chat.chats[-1]["messages"][0]["content"]
 
 
+def _lines_of_real_pages(document: Path, pages: tuple[int, ...], question: str, store, embedder, tmp_path):
+    """The evidence lines of a few real pages of ``document``, ingested into a real store and searched as the app does."""
+    real, chosen = pymupdf.open(document), pymupdf.open()
+    for page in pages:
+        chosen.insert_pdf(real, from_page=page - 1, to_page=page - 1)
+    chosen.save(tmp_path / document.name)
+    collection = ingest.ingest_pdf(tmp_path / document.name, store, embedder).collection
+    parsed, retriever = qa.parse_question(question), Retriever(store, embedder)
+    return parsed, evidence.best_lines(parsed, retriever.load_pages(retriever.search(parsed, scope=[collection])), retriever)
+
+
 def test_a_right_reply_in_other_words_than_its_line_shows_on_a_real_filing(store, embedder, tmp_path):
     """Three real pages of BOEING_2022_10K.pdf (cover, the business page, a production page), asked as a person asks.
     The embedded model replied "Boeing stopped producing the 747 wide-body model in 2022." beside the line "We ended
     production of the 747 wide-body model in 2022.": the question's own words in another form ("stopped"), and a
     company the line does not name but the file does, are no claims the line must hold (checker rules
     question_words_any_form and file_name_names); before them the app said the lines were only the nearest."""
-    filing, pages = pymupdf.open(bench_file("financebench", "pdfs", "BOEING_2022_10K.pdf")), pymupdf.open()
-    for page in (1, 3, 35):
-        pages.insert_pdf(filing, from_page=page - 1, to_page=page - 1)
-    pages.save(tmp_path / "BOEING_2022_10K.pdf")
-    collection = ingest.ingest_pdf(tmp_path / "BOEING_2022_10K.pdf", store, embedder).collection
-    question = qa.parse_question("Which wide-body airplane model did Boeing stop producing in 2022?")
-    retriever = Retriever(store, embedder)
-    lines = evidence.best_lines(question, retriever.load_pages(retriever.search(question, scope=[collection])), retriever)
+    question, lines = _lines_of_real_pages(bench_file("financebench", "pdfs", "BOEING_2022_10K.pdf"), (1, 3, 35),
+                                           "Which wide-body airplane model did Boeing stop producing in 2022?", store, embedder, tmp_path)
     assert "We ended production of the 747 wide-body model in 2022." in [line.text for line in lines]
 
     def shown(reply: str) -> str:
@@ -364,6 +369,35 @@ def test_a_right_reply_in_other_words_than_its_line_shows_on_a_real_filing(store
     for rule in ("question_words_any_form", "file_name_names"):
         with rules.off({rule}):
             assert shown(said) == prompts.NEAREST_LINES, rule
+
+
+def test_a_bare_figure_and_a_number_the_page_writes_in_words_show_on_real_reports(store, embedder, tmp_path):
+    """The embedded model often answers with the figure alone ("41% [L1]"), too short to be judged by its words, and
+    writes in digits what a page writes in words ("seven working days"). Both replies show on real pages beside the
+    line that prints them (checker rules bare_figure_points_at_its_line and figures_in_words); another figure does not."""
+    def shown(reply: str, lines, question) -> str:
+        return "".join(qa.backed_or_nearest(iter([reply]), lines, question))
+
+    question, lines = _lines_of_real_pages(
+        bench_file("financebench", "pdfs", "COCACOLA_2017_10K.pdf"), (1, 7, 8),
+        "What share of Coca-Cola's total unit case volume did its five largest independent bottling partners represent in 2017?",
+        store, embedder, tmp_path)
+    assert "41 percent of our total unit case volume" in lines[0].text
+    assert shown("41% [L1]", lines, question) == "41% [L1]"
+    assert shown("19% [L1]", lines, question) == prompts.NEAREST_LINES  # not on the line it cites
+    assert shown("41%", lines, question) == prompts.NEAREST_LINES  # a bare figure must point at its line
+    with rules.off({"bare_figure_points_at_its_line"}):
+        assert shown("41% [L1]", lines, question) == prompts.NEAREST_LINES
+
+    question, lines = _lines_of_real_pages(
+        bench_file("mmlongbench", "pdfs", "f86d073b0d735ac873a65d906ba82758.pdf"), (3, 4),
+        "How far ahead of an ITC Board meeting are the agenda papers usually sent out?", store, embedder, tmp_path)
+    said = "7 working days prior to the Board meeting. [L1]"
+    assert "seven working days" in lines[0].text
+    assert shown(said, lines, question) == said
+    assert shown(said.replace("7", "8"), lines, question) == prompts.NEAREST_LINES
+    with rules.off({"figures_in_words"}):
+        assert shown(said, lines, question) == prompts.NEAREST_LINES
 
 
 def test_a_reply_asked_in_another_language_than_the_lines_is_left_to_the_model_to_refuse(facts, ollama_chat, monkeypatch):
