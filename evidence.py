@@ -18,7 +18,8 @@
            fitting    the lines holding a word asked that can give that kind (a figure, a date), in keyword order
          and, with a RERANKER set, its order (rerankers.py)
       -> Reciprocal Rank Fusion of them
-      -> each page shows its best lines
+      -> each page shows its best lines; the best line of all leads, wherever it stands, unless a domain's
+         hint or the page the question names led the search to its best page (best_line_leading)
       -> each line a Hit whose [start, end) is the line's span on its page (for highlighting)
          and whose text is the line as read (heading, row label, column heads, the table's unit);
          its trace keeps its kind and a row's label
@@ -152,6 +153,8 @@ def best_lines(question: str | ParsedQuestion, pages: list[Page], retriever: Ret
     line_pages = [rank for _, _, rank, _ in candidates]
     ranked = [int(i) for i in np.argsort(-fused, kind="stable")]
     first = _chosen(ranked, shown_pages, page_quotas(n, max_pages), line_pages, n, [])
+    if rules.on("best_line_leads") and not led_by_more_than_words(pages[0]):
+        first = best_line_leading(first, ranked, n)
     chosen = first + _chosen(ranked, shown_pages, quotas, line_pages, n + more, first)[: more]
     shown = []
     for i in chosen:
@@ -276,6 +279,35 @@ def _chosen(ranked: list[int], page_ranks: list[int], quotas: list[int], line_pa
     page_position = {rank: p for p, rank in enumerate(page_ranks)}
     chosen.sort(key=lambda i: (page_position[line_pages[i]], position[i]))
     return [i for i in chosen if i not in taken]
+
+
+rules.register("best_line_leads", "the line that answers best leads, wherever it stands, unless the search was led to its best page by "
+               "more than the question's words (a domain's page hint, the page the question names)",
+               "tests/test_evidence.py::test_rule_the_best_line_leads_unless_a_hint_led_to_the_page",
+               pays_on="docs/experiments/2026-11-29-the-best-line-leads.md: fresh6-fresh11 (216 questions, design), "
+                       "states@1 79 -> 92, states@3 116 -> 123; held out fresh3, fresh4, fresh4_mm, mmlongbench: states@1 37 -> 42, "
+                       "states@3 55 -> 57; FinanceBench (fitted) unchanged")
+
+
+def led_by_more_than_words(page: Page) -> bool:
+    """Was the search led to ``page`` by more than the question's words: a domain's hint (a statement the question
+    names) or a page the question names? Its trace says (retriever.search)."""
+    return bool(page.hit.trace.get("hint_rank") or page.hit.trace.get("page_ref_rank"))
+
+
+def best_line_leading(first: list[int], ranked: list[int], n: int) -> list[int]:
+    """Rule: the line that answers best leads, wherever it stands, unless the search was led to its best page by
+    more than the question's words (a domain's page hint, the page the question names).
+    ``first`` (the lines the pages' shares chose) with the best-ranked line of all at its head: moved there if
+    chosen, else taking the place of the last. A page the search found by its words alone is no surer than the
+    line's own fit (measured on prose questions); a statement page a hint found is (FinanceBench's statements).
+
+    best_line_leading([4, 7, 2], [2, 9, 4, 7], 3) -> [2, 4, 7];  best_line_leading([4, 7, 2], [9, 2, 4, 7], 3) -> [9, 4, 7]
+    """
+    if not ranked:
+        return first
+    best = ranked[0]
+    return [best] + [i for i in first if i != best] if best in first else [best] + first[: n - 1]
 
 
 def _boxes_within(page: Page, line: Line) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -289,3 +290,28 @@ def test_the_real_general_mills_filing_asked_by_its_name_shows_the_line_that_ans
     assert first_line().startswith("EMPLOYEES As of May 31, 2020, we had approximately 35,000 full- and part-time employees.")
     with rules.off({"file_name_no_keyword"}):
         assert "35,000" not in first_line()  # the cover page, which names the company, leads
+
+
+def test_rule_the_best_line_leads_unless_a_hint_led_to_the_page(store, embedder, tmp_path):
+    """Two real pages of CVSHEALTH_2018_10K.pdf (the business overview, the store counts), asked as a person asks:
+    the search ranks the overview first by its words, and its lines took two of the three places and the first;
+    the sentence that answers, on the second page, now leads. A page a domain's hint led the search to (a
+    statement the question names) keeps its lead: there the page is surer than any line's words."""
+    real, chosen = pymupdf.open(bench_file("financebench", "pdfs", "CVSHEALTH_2018_10K.pdf")), pymupdf.open()
+    for page in (3, 8):
+        chosen.insert_pdf(real, from_page=page - 1, to_page=page - 1)
+    chosen.save(tmp_path / "CVSHEALTH_2018_10K.pdf")
+    collection = ingest.ingest_pdf(tmp_path / "CVSHEALTH_2018_10K.pdf", store, embedder).collection
+    retriever = Retriever(store, embedder)
+    question = parse_question("How many new retail locations did CVS Health open in 2018?")
+    pages = retriever.load_pages(retriever.search(question, scope=[collection]))
+    assert pages[0].hit.page == 1 and not evidence.led_by_more_than_words(pages[0])  # found by its words alone
+    lines = lambda: [line.text for line in evidence.best_lines(question, pages, retriever)]  # noqa: E731
+    assert lines()[0].startswith("During 2018 , the Company opened 145 new retail locations")
+    with rules.off({"best_line_leads"}):
+        assert not lines()[0].startswith("During 2018")
+    hinted = replace(pages[0], hit=replace(pages[0].hit, trace={**pages[0].hit.trace, "hint_rank": 1}))
+    assert evidence.led_by_more_than_words(hinted)
+    assert [line.page for line in evidence.best_lines(question, [hinted, *pages[1:]], retriever)][0] == 1
+    assert evidence.best_line_leading([4, 7, 2], [2, 9, 4, 7], 3) == [2, 4, 7]
+    assert evidence.best_line_leading([4, 7, 2], [9, 2, 4, 7], 3) == [9, 4, 7]
