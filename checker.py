@@ -10,7 +10,10 @@
                                          0 when the sentence states a detail the passage lacks
                                          or holds only in the wrong place (unbacked_detail)
                 -> verify_answer()       CheckedSentence per sentence, with verified, co-cited
-                                         and inferred Citations
+                                         and inferred Citations; a number a passage writes in words is
+                                         read in digits (in_digits); a sentence too short to judge is
+                                         backed only as a bare figure printed on the line it cites
+                                         (bare_figure_backed: "41% [L1]")
     question    -> question.ParsedQuestion: its words, names, years, subject figures and keys, read once
                                          per question on the ParsedQuestion qa.py made (the query, not the
                                          instructions beside it): every sentence × passage asks
