@@ -286,7 +286,7 @@ rules.register("best_line_leads", "the line that answers best leads, wherever it
                "tests/test_evidence.py::test_rule_the_best_line_leads_unless_a_hint_led_to_the_page",
                pays_on="docs/experiments/2026-11-29-the-best-line-leads.md: fresh6-fresh11 (216 questions, design), "
                        "states@1 79 -> 92, states@3 116 -> 123; held out fresh3, fresh4, fresh4_mm, mmlongbench: states@1 37 -> 42, "
-                       "states@3 55 -> 57; FinanceBench (fitted) unchanged")
+                       "states@3 55 -> 57; fresh12 (written after it) states@3 16 -> 20 of 36; FinanceBench (fitted) unchanged")
 
 
 def led_by_more_than_words(page: Page) -> bool:
