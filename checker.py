@@ -880,8 +880,9 @@ def bare_figure_backed(claim: str, passage: str, question: str | ParsedQuestion 
     """Rule: a bare answer (a figure with at most its unit) points at the line it cites: backed where that line prints
     the figure in place, of the kind asked (a share a percentage, a count none).
     Too short to be judged by its words ("60% [L1]"), a bare figure is the model pointing at its line: the line must
-    print every figure of it, where the figure is said (``unbacked_detail``), and the figure must be of the kind the
-    question asks. Only the line it cites can back it: nothing is inferred for a reply this short.
+    print every figure of it where the question's words place it (``unbacked_detail`` of the question said with the
+    figure), and the figure must be of the kind the question asks. Only the line it cites can back it: nothing is
+    inferred for a reply this short.
 
     bare_figure_backed("60% [L1]", "Among GOP-leaning independents, a 60% majority favors legalizing marijuana.",
                        "What share of GOP-leaning independents favor legalizing marijuana?") -> True

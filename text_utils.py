@@ -24,6 +24,8 @@ stopwords and Snowball stemmers (pure Python, loaded on first use of a language)
          -> names_with_initials()  "Pew Research Center" -> ("prc", ...)
          -> without_possessive()   "Costco's" -> "Costco"
          -> numbers_in()           "3,200" -> "3200"
+         -> number_words_as_digits()
+                                   "seven working days" -> "7 working days" (as the checker reads a page)
          -> years_named()          "FY19", "fiscal year 2019", "2019" -> "2019"
          -> years_in() / one_year_spans() / is_period_cell()
          -> months_in()
