@@ -319,13 +319,17 @@ def words(text: str) -> list[str]:
 
 def line_in_quotes(line: str, quotes: list[str]) -> bool:
     """Is ``line`` (as its page prints it) in one of the evidence ``quotes``: at least half of its word
-    6-grams occur in one quote; a line of fewer than 6 words, its whole word sequence occurs in one, contiguous.
+    6-grams occur in one quote; a line of fewer than 6 words, its whole word sequence occurs in one, contiguous;
+    or a whole quote of more than 6 words occurs in the line, contiguous.
 
     line_in_quotes("Net income was 5,363 in 2018.", ["Net income was 5,363 in 2018, up 10%"]) -> True
     line_in_quotes("Total 5,363", ["Net income 5,363"]) -> False (short: "total 5 363" is not in the quote)
     line_in_quotes("Cost of sales 9,019 7,772", ["Netsales 14,082\nCostofsales\n9,019 \n7,772"]) -> True
     (a line of 6 words or more whose letters and digits all occur, in order and contiguous, in a quote
     whose spaces were lost when the benchmark extracted it: 6 of FinanceBench's 88 questions)
+    line_in_quotes("As of 2022, we had 76.7 million cards-in-force worldwide.", ["we had 76.7 million cards-in-force worldwide"]) -> True
+    (a whole quote of more than 6 words, in order and contiguous, in a longer line: a quote cut from the
+    sentence that states it, as the fresh sets' quotes are)
     """
     tokens = words(line)
     if not tokens:
@@ -335,6 +339,8 @@ def line_in_quotes(line: str, quotes: list[str]) -> bool:
         if grams and "".join(tokens) in "".join(words(quote)):
             return True  # the whole line, letters and digits in order: a quote extracted with its spaces lost
         quoted = words(quote)
+        if len(quoted) > NGRAM and f" {' '.join(quoted)} " in f" {' '.join(tokens)} ":
+            return True  # the whole quote, in a longer line: a quote cut from the sentence that states it
         if not grams:
             if f" {' '.join(tokens)} " in f" {' '.join(quoted)} ":
                 return True

@@ -32,12 +32,20 @@ def test_a_line_counts_when_half_its_word_6grams_are_in_one_quote():
     # 7 words, 2 six-grams: "purchases of property plant and equipment" is quoted, "... equipment pp" is not (1 of 2: half)
     assert line_in_quotes("Purchases of property, plant and equipment PP", ["Purchases of property, plant and equipment were"])
     # 8 words, 3 six-grams, only the first quoted: less than half
-    assert not line_in_quotes("Purchases of property, plant and equipment rose sharply", ["Purchases of property, plant and equipment"])
+    assert not line_in_quotes("Purchases of property, plant and equipment rose sharply", ["Purchases of property, plant and equipment were 1,577"])
     # the 6-grams must meet in one quote: 2 of 3 are quoted, but 1 in each quote
     line = "alpha beta gamma delta epsilon zeta eta theta"
     assert not line_in_quotes(line, ["alpha beta gamma delta epsilon zeta", "gamma delta epsilon zeta eta theta"])
     assert line_in_quotes(line, ["alpha beta gamma delta epsilon zeta eta"])
     assert not line_in_quotes("Revenue from the sale of outdoor equipment grew by twelve percent.", [CASH_FLOW_QUOTE])
+
+
+def test_a_line_that_prints_a_whole_quote_counts():
+    # a quote cut from the sentence that states it: the longer line prints all of it, in order
+    line = "For the year ended December 31, 2022, billed business was $1,338 billion and at December 31, 2022, we had 76.7 million cards-in-force worldwide."
+    assert line_in_quotes(line, ["at December 31, 2022, we had 76.7 million cards-in-force worldwide."])
+    assert not line_in_quotes(line, ["at December 31, 2022, we had 77.1 million cards-in-force worldwide."])  # not the quote's words
+    assert not line_in_quotes(line, ["million cards-in-force worldwide"])  # 5 words: too short to state anything alone
 
 
 def test_a_line_of_fewer_than_six_words_counts_only_whole_and_contiguous():
