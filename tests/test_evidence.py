@@ -239,6 +239,25 @@ def test_rule_a_short_line_carried_on_in_lower_case_is_prose_not_a_heading():
         assert "covers approximately 538 square miles and" in [line.text for line in page_lines(column) if line.kind == "heading"]
 
 
+def test_rule_a_sentence_ended_above_a_page_number_is_prose_not_a_row():
+    """The last line of a paragraph stands above a section's number ("6") or the page's: read as a label and its
+    figure, the sentence lost its first half and became a row. A label above its figures stays a row."""
+    text = ("Users can select between the three QA models. Our demo system will be open-\nsourced under the Apache-2.0 license.\n6\n"
+            "Conclusion\nThe system works.\nTotal current assets\n16,525\n15,134")
+    assert [(line.kind, line.text) for line in page_lines(text)] == [
+        ("sentence", "Users can select between the three QA models."),
+        ("sentence", "Our demo system will be open- sourced under the Apache-2.0 license."),
+        ("heading", "Conclusion"),
+        ("sentence", "The system works."),
+        ("row", "Conclusion · Total current assets · 16,525 · 15,134")]  # the heading above a row names its table
+    assert page_lines("cash flows from operations.\n25")[0].kind == "sentence"  # carried on from the page before, in lower case
+    with rules.off({"sentence_end_no_row"}):
+        assert ("row", "sourced under the Apache-2.0 license. · 6") in [(line.kind, line.text) for line in page_lines(text)]
+    paper = extract.open_pdf(bench_file("mmlongbench", "pdfs", "2310.07609v1.pdf"))  # the QACheck paper, page 6
+    read = [line for line in page_lines(extract.read_page(paper[5]).text) if "Apache-2.0" in line.text]
+    assert [(line.kind, line.text) for line in read] == [("sentence", "Our demo system will be open- sourced under the Apache-2.0 license.")]
+
+
 def test_rule_a_run_of_short_lines_is_read_as_one_line():
     """A cover page prints a name on one line and its role on the next: each alone is a heading, which states
     nothing; read together they say who the governor is. A table's title above its rows stays the rows' heading."""
