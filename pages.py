@@ -6,7 +6,8 @@
                                    domain's worked-out answer (``text``)
     page text     -> page_lines()  the lines a person reads as one statement:
       prose      one sentence (wrapped lines joined; a short line that ends no sentence is a heading, unless
-                 the next line carries it on in lower case: prose wrapped in a narrow column, ``carries_on``)
+                 the next line carries it on in lower case: prose wrapped in a narrow column, ``carries_on``;
+                 a sentence's last line above a page or section number stays prose, ``ends_wrapped_sentence``)
       list item  a line that starts with a bullet or an item number
       table row  a label and the figures printed under it, one cell per line in the text layer
                  ("Purchases of PP&E\\n(1,577)\\n(1,373)"), or a Markdown row; read with its column
