@@ -207,7 +207,7 @@ rules.register("sentence_end_no_row", "a line that carries a sentence on and end
                        "the mmlongbench store's were a sentence's end and a page or section number; states@3 fresh6-fresh11 141 -> 142 "
                        "of 216 (design), the issue's sets 98 -> 98 of 177, fresh13 (held out) 20 -> 20 of 36")
 
-_SENTENCE_END = re.compile(r"[.!?][\"'”’)\]]*$")
+_SENTENCE_END = re.compile(r"[.!?][\"'”’)\]]*$")  # not ":" or ";", which end a row's label as often as a sentence
 
 
 def ends_wrapped_sentence(cell: str, in_paragraph: bool) -> bool:

@@ -258,6 +258,22 @@ def test_rule_a_sentence_ended_above_a_page_number_is_prose_not_a_row():
     assert [(line.kind, line.text) for line in read] == [("sentence", "Our demo system will be open- sourced under the Apache-2.0 license.")]
 
 
+def test_a_real_paper_asked_as_a_person_asks_shows_the_whole_sentence_not_half_of_it(store, embedder, tmp_path):
+    """The QACheck paper's page 6 (a real two-column PDF), asked as a person asks: the licence sentence is shown whole
+    among the lines; read as a row above the section number "6", it was cut in two and no line shown named the licence."""
+    real, chosen = pymupdf.open(bench_file("mmlongbench", "pdfs", "2310.07609v1.pdf")), pymupdf.open()
+    chosen.insert_pdf(real, from_page=5, to_page=5)
+    chosen.save(tmp_path / "2310.07609v1.pdf")
+    collection = ingest.ingest_pdf(tmp_path / "2310.07609v1.pdf", store, embedder).collection
+    retriever = Retriever(store, embedder)
+    question = parse_question("Under which license will the QACheck demo system be open-sourced?")
+    lines = lambda: [line.text for line in  # noqa: E731
+                     evidence.best_lines(question, retriever.load_pages(retriever.search(question, scope=[collection])), retriever)]
+    assert "Our demo system will be open- sourced under the Apache-2.0 license." in lines()
+    with rules.off({"sentence_end_no_row"}):
+        assert not any("Apache-2.0" in line for line in lines())  # half a sentence, and a row no line shows
+
+
 def test_rule_a_run_of_short_lines_is_read_as_one_line():
     """A cover page prints a name on one line and its role on the next: each alone is a heading, which states
     nothing; read together they say who the governor is. A table's title above its rows stays the rows' heading."""
